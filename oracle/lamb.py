@@ -1,0 +1,131 @@
+"""LAMB in float64: the specification, built from Adam's pieces.
+
+Stages, in order (each a function below, so a mismatch can be pinned to one):
+
+  1. clip   G = ||all grads of all groups||_2 (after inv_scale);
+            g <- g / (G/max_grad_norm)  when max_grad_norm > 0 and G > max_grad_norm
+            (apex FusedLAMB; the paper has no clipping)
+  2. moments (adam.moments), with b3 = 1-b1 if grad_averaging else 1 (apex);
+            decay="l2" adds wd*p to g first (apex adam_w_mode=False)
+  3. update
+       bias_correction="moments"    u = (m/bc1) / (sqrt(v/bc2) + eps)       (paper, apex)
+       bias_correction="step_size"  u = m / (sqrt(v) + eps), and the step
+                                    size becomes lr*sqrt(bc2)/bc1          (DeepSpeed FusedLamb)
+       bias_correction="none"       u = m / (sqrt(v) + eps)
+       decay="decoupled_update"     u <- u + wd*p                          (paper, apex default)
+  4. trust ratio, per tensor: r = ||p|| / ||u||, and r = 1 when either norm is 0
+       trust="decay_only"  r is used only when wd != 0 (apex without use_nvlamb); else 1
+       trust="always"      r always used (paper Algorithm 2 with phi = identity; apex use_nvlamb)
+       clamp=True          r <- clip(r, min_coeff, max_coeff) (DeepSpeed FusedLamb)
+  5. apply  p <- p - step_size * r * u
+
+Departures from the paper's Algorithm 2: the paper has no grad clipping, no
+grad averaging switch, and leaves phi(0)/0 undefined (all implementations
+here use r = 1 for a zero norm, so a zero-initialized layer still moves);
+DeepSpeed computes the ratio on the uncorrected update and clamps it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .adam import moments
+from .common import GradScaling, OptState, bias_corrections, check_range, drive, maybe_fp32
+
+DECAYS = ("decoupled_update", "l2")
+BIAS_CORRECTIONS = ("moments", "step_size", "none")
+TRUSTS = ("decay_only", "always")
+
+
+@dataclass(frozen=True)
+class LambConvention:
+    """Defaults: apex FusedLAMB."""
+
+    decay: str = "decoupled_update"
+    bias_correction: str = "moments"
+    trust: str = "decay_only"
+    clamp: bool = False
+    global_clip: bool = True
+    counter: str = "group"
+    fp32_hparams: bool = False
+
+    def __post_init__(self):
+        for name, allowed in (("decay", DECAYS), ("bias_correction", BIAS_CORRECTIONS), ("trust", TRUSTS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
+
+APEX_LAMB = LambConvention()
+NVLAMB = LambConvention(trust="always")
+PAPER_LAMB = LambConvention(trust="always", global_clip=False, counter="param")
+DEEPSPEED_LAMB = LambConvention(bias_correction="step_size", trust="always", clamp=True,
+                                global_clip=False, counter="param")
+
+DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.01,
+            "grad_averaging": True, "max_grad_norm": 1.0, "min_coeff": 0.01, "max_coeff": 10.0}
+
+
+def validate(hparams: list[dict]) -> list[dict]:
+    out = []
+    for g, hp in enumerate(hparams):
+        hp = {**DEFAULTS, **hp}
+        for name in ("lr", "eps", "weight_decay", "max_grad_norm", "min_coeff"):
+            check_range(g, name, hp[name], low=0.0)
+        check_range(g, "max_coeff", hp["max_coeff"], low=hp["min_coeff"])
+        for k, b in enumerate(hp["betas"]):
+            check_range(g, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
+        out.append(hp)
+    return out
+
+
+def clip_factor(grads, inv_scale: float, max_grad_norm: float) -> float:
+    """Stage 1: divisor for every grad, from the global norm over all groups."""
+    sq = sum(float(np.sum(np.square(np.asarray(g, np.float64) * inv_scale)))
+             for group in grads for g in group if g is not None)
+    norm = math.sqrt(sq)
+    return norm / max_grad_norm if max_grad_norm > 0 and norm > max_grad_norm else 1.0
+
+
+def raw_update(p, g, st, hp, t, conv: LambConvention):
+    """Stages 2-3: new moments and the update direction u, and the step size."""
+    f = lambda x: maybe_fp32(x, conv.fp32_hparams)  # noqa: E731
+    lr, eps, wd = f(hp["lr"]), f(hp["eps"]), f(hp["weight_decay"])
+    b1, b2 = f(hp["betas"][0]), f(hp["betas"][1])
+    if conv.decay == "l2":
+        g = g + wd * p
+    b3 = 1.0 - b1 if hp["grad_averaging"] else 1.0
+    m, v = moments({"exp_avg": st.get("exp_avg", 0 * p), "exp_avg_sq": st.get("exp_avg_sq", 0 * p)}, g, b1, b2, b3)
+    bc1, bc2 = bias_corrections(b1, b2, t, conv.bias_correction != "none")
+    if conv.bias_correction == "moments":
+        u, step_size = (m / bc1) / (np.sqrt(v / bc2) + eps), lr
+    else:
+        u, step_size = m / (np.sqrt(v) + eps), lr * math.sqrt(bc2) / bc1
+    if conv.decay == "decoupled_update":
+        u = u + wd * p
+    return {"exp_avg": m, "exp_avg_sq": v}, u, step_size
+
+
+def trust_ratio(p, u, hp, conv: LambConvention) -> float:
+    """Stage 4: per-tensor trust ratio."""
+    if conv.trust == "decay_only" and maybe_fp32(hp["weight_decay"], conv.fp32_hparams) == 0:
+        return 1.0
+    pn, un = float(np.linalg.norm(p)), float(np.linalg.norm(u))
+    r = pn / un if pn != 0 and un != 0 else 1.0
+    return min(max(r, hp["min_coeff"]), hp["max_coeff"]) if conv.clamp else r
+
+
+def update(p, g, st, hp, t, conv: LambConvention, clip: float):
+    new_st, u, step_size = raw_update(p, g / clip, st, hp, t, conv)
+    return p - step_size * trust_ratio(p, u, hp, conv) * u, new_st
+
+
+def step(params, grads, state: OptState, hparams, conv: LambConvention = APEX_LAMB,
+         scaling: GradScaling | None = None):
+    hps = validate(hparams)
+    inv_scale = 1.0 if scaling is None else scaling.inv_scale
+    # One optimizer-wide max_grad_norm (apex reads its constructor default); group 0 carries it.
+    clip = clip_factor(grads, inv_scale, hps[0]["max_grad_norm"]) if conv.global_clip and hps else 1.0
+    return drive(params, grads, state, hps, conv.counter, scaling,
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv, clip))

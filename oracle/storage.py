@@ -1,0 +1,71 @@
+"""Storage formats: exact round-to-nearest-even from float64, and ULPs.
+
+The oracle computes in float64 and rounds only what an implementation
+stores ("float64 math, round on store"). Rounding is done here with exact
+power-of-two arithmetic, not through casts, so bfloat16 needs no library and
+float64 -> bfloat16 is rounded once (a cast through float32 would round twice).
+
+A format is (significand bits incl. the implicit one, min normal exponent,
+max exponent), as in IEEE 754.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+FORMATS = {
+    "float64": (53, -1022, 1023),
+    "float32": (24, -126, 127),
+    "bfloat16": (8, -126, 127),
+    "float16": (11, -14, 15),
+}
+ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
+           "half": "float16", "float": "float32", "double": "float64"}
+
+
+def canonical(dtype) -> str:
+    """Normalize 'bf16', 'torch.bfloat16', np.float32, ... to a FORMATS key."""
+    name = str(dtype).replace("torch.", "")
+    name = ALIASES.get(name, name)
+    if name not in FORMATS:
+        raise ValueError(f"unsupported storage dtype {dtype!r}; expected one of {sorted(FORMATS)}")
+    return name
+
+
+def quantum(x, dtype) -> np.ndarray:
+    """Spacing of the format at |x| (the ULP of x; the subnormal step at 0)."""
+    bits, emin, _ = FORMATS[canonical(dtype)]
+    x = np.abs(np.asarray(x, dtype=np.float64))
+    _, e = np.frexp(x)  # x = f * 2**e, 0.5 <= f < 1, so the binary exponent is e - 1
+    e = np.where(x == 0, emin + 1, e)
+    return np.ldexp(1.0, np.maximum(e - 1, emin) - (bits - 1))
+
+
+def round_to(x, dtype) -> np.ndarray:
+    """Round float64 values to `dtype` (nearest, ties to even); returns float64."""
+    name = canonical(dtype)
+    x = np.asarray(x, dtype=np.float64)
+    if name == "float64":
+        return x.copy()
+    bits, _, emax = FORMATS[name]
+    q = quantum(x, name)
+    with np.errstate(invalid="ignore"):
+        r = np.rint(x / q) * q  # x / q is exact (power of two); rint is ties-to-even
+    largest = (2.0 - 2.0 ** (1 - bits)) * 2.0 ** emax
+    r = np.where(np.abs(r) > largest, np.copysign(np.inf, x), r)
+    return np.where(np.isfinite(x), r, x)
+
+
+def scaled_ulps(got, expected, scale, dtype) -> np.ndarray:
+    """|got - expected| in ULPs of `dtype` taken at magnitude `scale`.
+
+    Measuring in ULPs of the operand magnitude (not of the result) keeps the
+    unit meaningful where the result cancels to near zero. Equal values
+    (NaN vs NaN, inf vs inf of the same sign) are 0; any other non-finite
+    disagreement is inf.
+    """
+    got = np.asarray(got, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(got - expected) / quantum(scale, dtype)
+    same = (got == expected) | (np.isnan(got) & np.isnan(expected))
+    return np.where(same, 0.0, np.where(np.isnan(err), np.inf, err))
