@@ -86,6 +86,15 @@ def check_structure(params, grads, state: OptState, hparams) -> None:
                 raise ValueError(f"group {g} param {i}: grad shape {np.shape(gr)} != param shape {np.shape(p)}")
 
 
+def as_float64(x):
+    """Array-likes become float64 arrays. Objects that implement numpy's
+    protocols themselves (the harness's error-bounded arrays) pass through, so
+    the same update math can also derive tolerances."""
+    if hasattr(x, "__array_function__") and not isinstance(x, np.ndarray):
+        return x
+    return np.asarray(x, dtype=np.float64)
+
+
 def check_range(group: int, name: str, value, low=None, high=None, high_open=False) -> None:
     """Hyperparameter range check with a message naming the group."""
     ok = isinstance(value, (int, float)) and not math.isnan(value)
@@ -109,7 +118,7 @@ def drive(params, grads, state, hparams, counter, scaling, update):
     """
     check_counter(counter)
     check_structure(params, grads, state, hparams)
-    new_params = [[np.array(p, dtype=np.float64, copy=True) for p in group] for group in params]
+    new_params = [[as_float64(p) for p in group] for group in params]
     new_state = state.copy()
     if scaling is not None and scaling.found_inf:
         return new_params, new_state
@@ -125,6 +134,6 @@ def drive(params, grads, state, hparams, counter, scaling, update):
             if counter == "param":
                 st["step"] = st.get("step", 0) + 1
             t = new_state.group_step[g] if counter == "group" else st["step"]
-            scaled = np.asarray(grad, dtype=np.float64) * inv_scale
+            scaled = as_float64(grad) * inv_scale if inv_scale != 1.0 else as_float64(grad)
             new_params[g][i], new_state.params[g][i] = update(g, i, p, scaled, st, t)
     return new_params, new_state

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .adam import moments
-from .common import GradScaling, OptState, bias_corrections, check_range, drive, maybe_fp32
+from .common import GradScaling, OptState, as_float64, bias_corrections, check_range, drive, maybe_fp32
 
 DECAYS = ("decoupled_update", "l2")
 BIAS_CORRECTIONS = ("moments", "step_size", "none")
@@ -82,9 +82,7 @@ def validate(hparams: list[dict]) -> list[dict]:
 
 def clip_factor(grads, inv_scale: float, max_grad_norm: float) -> float:
     """Stage 1: divisor for every grad, from the global norm over all groups."""
-    sq = sum(float(np.sum(np.square(np.asarray(g, np.float64) * inv_scale)))
-             for group in grads for g in group if g is not None)
-    norm = math.sqrt(sq)
+    norm = np.sqrt(sum(np.sum(np.square(g * inv_scale)) for group in grads for g in group if g is not None))
     return norm / max_grad_norm if max_grad_norm > 0 and norm > max_grad_norm else 1.0
 
 
@@ -111,7 +109,7 @@ def trust_ratio(p, u, hp, conv: LambConvention) -> float:
     """Stage 4: per-tensor trust ratio."""
     if conv.trust == "decay_only" and maybe_fp32(hp["weight_decay"], conv.fp32_hparams) == 0:
         return 1.0
-    pn, un = float(np.linalg.norm(p)), float(np.linalg.norm(u))
+    pn, un = np.linalg.norm(p), np.linalg.norm(u)
     r = pn / un if pn != 0 and un != 0 else 1.0
     return min(max(r, hp["min_coeff"]), hp["max_coeff"]) if conv.clamp else r
 
@@ -126,6 +124,7 @@ def step(params, grads, state: OptState, hparams, conv: LambConvention = APEX_LA
     hps = validate(hparams)
     inv_scale = 1.0 if scaling is None else scaling.inv_scale
     # One optimizer-wide max_grad_norm (apex reads its constructor default); group 0 carries it.
-    clip = clip_factor(grads, inv_scale, hps[0]["max_grad_norm"]) if conv.global_clip and hps else 1.0
+    arrays = [[None if g is None else as_float64(g) for g in group] for group in grads]
+    clip = clip_factor(arrays, inv_scale, hps[0]["max_grad_norm"]) if conv.global_clip and hps else 1.0
     return drive(params, grads, state, hps, conv.counter, scaling,
                  lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv, clip))

@@ -1,0 +1,188 @@
+// The per-element update math of every fused optimizer, written once.
+//
+// Each function here is called, unchanged, from the CPU loops (cpu_kernels.cpp)
+// and from the CUDA functors (cuda_*.cu), for plain, master-weight and
+// capturable variants alike. The equations and their order follow the
+// float64 specification in oracle/ (adam.py, adagrad.py, lamb.py); the
+// conventions implemented are the ones fused.CONVENTIONS names.
+//
+// Per-step scalars (bias corrections, lr/bc1, 1 - lr*wd, ...) are computed
+// once per step and group in double by the make_*scalars functions: on the
+// host normally, on the device (one thread) in capturable mode. The element
+// functions take them rounded to float and compute in float.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define OPTIM_HD __host__ __device__ inline
+#else
+#define OPTIM_HD inline
+#endif
+
+namespace optim {
+
+// ---------------------------------------------------------------- Adam(W)
+
+// Hyperparameters of one group, as the user gave them (double).
+struct AdamHyper {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled;        // true: torch AdamW decay p *= 1 - lr*wd; false: L2, g += wd*p
+  bool bias_correction;
+};
+
+// What the element function needs, per step and group.
+// Decay is written branch-free: exactly one of l2_wd (L2) and
+// 1 - decay_factor (decoupled) is non-zero, so a single loop body serves both.
+struct AdamScalars {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float eps, l2_wd, decay_factor;  // decay_factor = 1 - lr*wd (decoupled) or 1
+  float step_size;                 // lr / bc1
+  float inv_sqrt_bc2;              // 1 / sqrt(bc2)
+  float inv_scale;                 // grad unscaling (1 without a grad scaler)
+  int skip;                        // found_inf: the step does nothing
+};
+
+// bc = 1 - beta^t with an exact integer power t (oracle.common.bias_corrections).
+OPTIM_HD double bias_correction(double beta, double t, bool enabled) {
+  return enabled ? 1.0 - pow(beta, t) : 1.0;
+}
+
+OPTIM_HD AdamScalars make_scalars(const AdamHyper& h, double step, double lr,
+                                       double inv_scale, bool skip) {
+  const double bc1 = bias_correction(h.beta1, step, h.bias_correction);
+  const double bc2 = bias_correction(h.beta2, step, h.bias_correction);
+  AdamScalars s;
+  s.beta1 = float(h.beta1);
+  s.one_minus_beta1 = float(1.0 - h.beta1);
+  s.beta2 = float(h.beta2);
+  s.one_minus_beta2 = float(1.0 - h.beta2);
+  s.eps = float(h.eps);
+  s.l2_wd = h.decoupled ? 0.0f : float(h.weight_decay);
+  s.decay_factor = h.decoupled ? float(1.0 - lr * h.weight_decay) : 1.0f;
+  s.step_size = float(lr / bc1);
+  s.inv_sqrt_bc2 = float(1.0 / sqrt(bc2));
+  s.inv_scale = float(inv_scale);
+  s.skip = skip ? 1 : 0;
+  return s;
+}
+
+// One Adam(W) element, oracle/adam.py with decay "l2" or "decoupled" and
+// eps_mode "outside":
+//   g <- g*inv_scale (+ wd*p for L2);  p <- p*(1 - lr*wd) (decoupled)
+//   m <- b1*m + (1-b1)*g;  v <- b2*v + (1-b2)*g^2
+//   p <- p - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
+OPTIM_HD void adam_update(float& p, float& m, float& v, float grad, const AdamScalars& s) {
+  float g = grad * s.inv_scale;
+  g = g + s.l2_wd * p;
+  p = p * s.decay_factor;
+  m = s.beta1 * m + s.one_minus_beta1 * g;
+  v = s.beta2 * v + s.one_minus_beta2 * (g * g);
+  const float denom = sqrtf(v) * s.inv_sqrt_bc2 + s.eps;
+  p = p - s.step_size * m / denom;
+}
+
+// ---------------------------------------------------------------- Adagrad
+
+struct AdagradHyper {
+  double lr, lr_decay, eps, weight_decay;
+  bool decoupled;  // apex adagrad_w_mode: p -= clr*(g/std + wd*p); else L2 g += wd*p
+};
+
+struct AdagradScalars {
+  float clr;  // lr / (1 + (t-1)*lr_decay)
+  float eps, l2_wd, decoupled_wd, inv_scale;
+  int skip;
+};
+
+OPTIM_HD AdagradScalars make_scalars(const AdagradHyper& h, double step, double lr,
+                                             double inv_scale, bool skip) {
+  AdagradScalars s;
+  s.clr = float(lr / (1.0 + (step - 1.0) * h.lr_decay));
+  s.eps = float(h.eps);
+  s.l2_wd = h.decoupled ? 0.0f : float(h.weight_decay);
+  s.decoupled_wd = h.decoupled ? float(h.weight_decay) : 0.0f;
+  s.inv_scale = float(inv_scale);
+  s.skip = skip ? 1 : 0;
+  return s;
+}
+
+// One Adagrad element, oracle/adagrad.py with eps_mode "outside":
+//   g <- g*inv_scale (+ wd*p for L2);  h <- h + g^2
+//   p <- p - clr * (g/(sqrt(h) + eps) (+ wd*p decoupled))
+OPTIM_HD void adagrad_update(float& p, float& h, float grad, const AdagradScalars& s) {
+  float g = grad * s.inv_scale;
+  g = g + s.l2_wd * p;
+  h = h + g * g;
+  const float u = g / (sqrtf(h) + s.eps) + s.decoupled_wd * p;
+  p = p - s.clr * u;
+}
+
+// ---------------------------------------------------------------- LAMB
+// Stages as in oracle/lamb.py: 1 clip (global grad norm), 2-3 moments and
+// update direction, 4 per-tensor norms and trust ratio, 5 apply.
+
+struct LambHyper {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool grad_averaging, bias_correction;
+  bool decoupled;   // adam_w_mode: u += wd*p; else L2 g += wd*p
+  bool use_nvlamb;  // trust ratio even when wd == 0
+};
+
+struct LambScalars {
+  float beta1, beta3, beta2, one_minus_beta2;  // beta3 = 1-b1 with grad averaging, else 1
+  float bc1, bc2, eps, l2_wd, decoupled_wd;
+  float inv_scale;
+  int skip;
+};
+
+OPTIM_HD LambScalars make_lamb_scalars(const LambHyper& h, double step, double inv_scale, bool skip) {
+  LambScalars s;
+  s.beta1 = float(h.beta1);
+  s.beta3 = h.grad_averaging ? float(1.0 - h.beta1) : 1.0f;
+  s.beta2 = float(h.beta2);
+  s.one_minus_beta2 = float(1.0 - h.beta2);
+  s.bc1 = float(bias_correction(h.beta1, step, h.bias_correction));
+  s.bc2 = float(bias_correction(h.beta2, step, h.bias_correction));
+  s.eps = float(h.eps);
+  s.l2_wd = h.decoupled ? 0.0f : float(h.weight_decay);
+  s.decoupled_wd = h.decoupled ? float(h.weight_decay) : 0.0f;
+  s.inv_scale = float(inv_scale);
+  s.skip = skip ? 1 : 0;
+  return s;
+}
+
+// Stage 1: the divisor every grad is divided by, from the global sum of
+// squares of the (unscaled) grads of all groups. 1 when not clipping.
+OPTIM_HD double lamb_clip_divisor(double grad_sumsq, double max_grad_norm) {
+  const double norm = sqrt(grad_sumsq);
+  return (max_grad_norm > 0.0 && norm > max_grad_norm) ? norm / max_grad_norm : 1.0;
+}
+
+// Stages 2-3 for one element: new moments and the update direction u.
+//   g <- g*inv_scale / clip (+ wd*p for L2);  m <- b1*m + b3*g;  v <- b2*v + (1-b2)*g^2
+//   u <- (m/bc1) / (sqrt(v/bc2) + eps) (+ wd*p decoupled)
+OPTIM_HD float lamb_moments_update(float p, float& m, float& v, float grad, float clip,
+                                   const LambScalars& s) {
+  float g = grad * s.inv_scale;
+  g = g / clip;
+  g = g + s.l2_wd * p;
+  m = s.beta1 * m + s.beta3 * g;
+  v = s.beta2 * v + s.one_minus_beta2 * (g * g);
+  const float u = (m / s.bc1) / (sqrtf(v / s.bc2) + s.eps);
+  return u + s.decoupled_wd * p;
+}
+
+// Stage 4: the per-tensor step size lr * ratio, ratio = ||p||/||u|| when
+// used and both norms are non-zero, else 1 (apex FusedLAMB).
+OPTIM_HD double lamb_step_factor(double lr, double p_sumsq, double u_sumsq, bool use_ratio) {
+  const double pn = sqrt(p_sumsq), un = sqrt(u_sumsq);
+  const double ratio = (use_ratio && pn != 0.0 && un != 0.0) ? pn / un : 1.0;
+  return lr * ratio;
+}
+
+// Stage 5 for one element.
+OPTIM_HD void lamb_apply(float& p, float u, float step_factor) { p = p - step_factor * u; }
+
+}  // namespace optim

@@ -1,0 +1,205 @@
+"""The case matrix: named, seeded inputs designed to make each convention observable.
+
+A case is a record (as in torch's OptimizerInfo): hyperparameters per group,
+a layout of parameter shapes, an input regime, a dtype and a step count.
+Inputs are generated from (seed, case name) alone, so a case name and a seed
+reproduce the case exactly in a fresh process.
+"""
+from __future__ import annotations
+
+import fnmatch
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from oracle.storage import round_to
+
+DTYPES = ("float32", "bfloat16", "float16")
+SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+# Layouts: per group, the param shapes; a group with no shapes is empty.
+# grad_none[(g, i)] lists the steps (1-based) on which that param has no grad.
+LAYOUTS = {
+    "single": {"groups": [[(8, 16), (33,)]]},
+    "two_groups": {"groups": [[(8, 16), (5,)], [(7,)]], "no_decay_group": 1},
+    "empty_group": {"groups": [[(16, 8)], [], [(9,)]]},
+    # as a rank sees it when its share of the no-decay group is empty (PP/EP)
+    "rank_skew": {"groups": [[(16, 8), (3, 3)], []], "no_decay_group": 1},
+    "zero_numel_last": {"groups": [[(8, 8), (5,), (0,)]]},
+    "grad_none": {"groups": [[(8, 8), (6,)]], "grad_none": {(0, 1): (1, 2, 5)}},
+    "scalar": {"groups": [[(), (4,)]]},
+    "many_shapes": {"groups": [[(3, 5, 7), (1,), (64,)], [(2, 1, 3)]]},
+}
+
+
+@dataclass(frozen=True)
+class Regime:
+    """How params and grads are drawn. Scales are per dtype where the format's
+    range forces it (fp16 cannot hold 1e-9)."""
+
+    param_scale: float = 1.0
+    grad_scale: float = 0.1
+    zero_params: bool = False
+    zero_grad_fraction: float = 0.0
+    hparams: dict = field(default_factory=dict)  # regime-imposed hyperparameters
+    doc: str = ""
+
+
+REGIMES = {
+    "normal": Regime(doc="unit params, grads ~0.1"),
+    "tiny_grads": Regime(grad_scale=1e-8, hparams={"eps": 1e-8},
+                         doc="|g| ~ eps: eps placement changes the update at first order"),
+    "small_params": Regime(param_scale=1e-3, zero_params=True,
+                           doc="zero and small params: the update is not hidden under p's rounding"),
+    "large_decay": Regime(hparams={"lr": 0.1, "weight_decay": 0.5},
+                          doc="lr*wd = 0.05: decay form and its order relative to the update"),
+    "zero_grads": Regime(zero_grad_fraction=0.5, doc="half the grad elements exactly zero"),
+    "lr0": Regime(hparams={"lr": 0.0}, doc="lr = 0: params must not move; state and counters still advance"),
+}
+# fp16 holds v = (1-b2)*g^2 only for |g| >~ 0.25 (min normal 6e-5): below that a
+# path that stores v in fp16 divides by an underflowed v (torch's own tests
+# force eps = 0.1 for fp16). fp16 cases use unit-scale grads, and "tiny" means
+# |g| ~ eps at that scale.
+# eps itself must be an fp16 normal number for paths that add it in fp16
+# (1e-8 rounds to 0 there and m/0 gives inf): fp16 cases use eps >= FP16_MIN_EPS.
+FP16_GRAD_SCALE = 1.0
+FP16_MIN_EPS = 1e-4
+FP16_TINY = {"grad_scale": 0.3, "eps": 0.3}
+
+
+@dataclass(frozen=True)
+class Case:
+    optimizer: str
+    dtype: str
+    config: str          # name of the hyperparameter config
+    hparams: dict        # base hyperparameters (all groups)
+    layout: str
+    regime: str
+    steps: int = 20
+    options: frozenset = frozenset()  # optimizer options the case needs (amsgrad, ...)
+
+    @property
+    def name(self) -> str:
+        return f"{self.optimizer}/{SHORT[self.dtype]}/{self.config}/{self.layout}/{self.regime}"
+
+    def group_hparams(self) -> list[dict]:
+        """Hyperparameters per group: base, then the regime's, then the no-decay group's wd = 0."""
+        regime = REGIMES[self.regime]
+        base = {**self.hparams, **regime.hparams}
+        if self.dtype == "float16":
+            base["eps"] = FP16_TINY["eps"] if self.regime == "tiny_grads" else max(base.get("eps", 0.0), FP16_MIN_EPS)
+        groups = LAYOUTS[self.layout]["groups"]
+        nd = LAYOUTS[self.layout].get("no_decay_group")
+        return [{**base, **({"weight_decay": 0.0} if g == nd else {})} for g in range(len(groups))]
+
+
+# Hyperparameter configs per optimizer, each with the options it needs.
+CONFIGS = {
+    "adam": {
+        "wd0": ({"lr": 1e-3, "weight_decay": 0.0}, ()),
+        "wd0.1": ({"lr": 1e-2, "weight_decay": 0.1}, ()),
+        "amsgrad": ({"lr": 1e-2, "weight_decay": 0.1, "amsgrad": True}, ("amsgrad",)),
+        "maximize": ({"lr": 1e-3, "weight_decay": 0.1, "maximize": True}, ("maximize",)),
+        "betas": ({"lr": 3e-3, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.1}, ()),
+    },
+    "adagrad": {
+        "wd0": ({"lr": 1e-2}, ()),
+        "wd0.1": ({"lr": 1e-2, "weight_decay": 0.1}, ()),
+        "lr_decay": ({"lr": 1e-1, "lr_decay": 0.05}, ("lr_decay",)),
+        "init_acc": ({"lr": 1e-2, "initial_accumulator_value": 0.1, "weight_decay": 0.1},
+                     ("initial_accumulator_value",)),
+        "maximize": ({"lr": 1e-2, "maximize": True}, ("maximize",)),
+    },
+    "lamb": {
+        "wd0.01": ({"lr": 1e-2, "weight_decay": 0.01}, ()),
+        "wd0": ({"lr": 1e-2, "weight_decay": 0.0}, ()),
+        "clip": ({"lr": 1e-2, "weight_decay": 0.1, "max_grad_norm": 0.05}, ()),
+        "no_averaging": ({"lr": 1e-3, "weight_decay": 0.1, "grad_averaging": False}, ()),
+    },
+}
+CONFIGS["adamw"] = CONFIGS["adam"]
+
+# (config, layout, regime) triples: every config, layout and regime appears,
+# and each regime is paired with the config whose convention it exposes.
+PLAN = {
+    "adam": [("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
+             ("wd0.1", "empty_group", "large_decay"), ("wd0.1", "rank_skew", "small_params"),
+             ("amsgrad", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
+             ("wd0.1", "scalar", "lr0"), ("betas", "many_shapes", "tiny_grads"),
+             ("amsgrad", "grad_none", "large_decay")],
+    "adagrad": [("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
+                ("wd0.1", "empty_group", "large_decay"), ("lr_decay", "rank_skew", "small_params"),
+                ("init_acc", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
+                ("wd0.1", "scalar", "lr0"), ("init_acc", "many_shapes", "tiny_grads")],
+    "lamb": [("wd0.01", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
+             ("clip", "empty_group", "large_decay"), ("wd0.01", "rank_skew", "small_params"),
+             ("no_averaging", "zero_numel_last", "normal"), ("clip", "grad_none", "zero_grads"),
+             ("wd0.01", "scalar", "lr0"), ("wd0", "many_shapes", "small_params")],
+}
+PLAN["adamw"] = PLAN["adam"]
+
+
+def cases(optimizer: str, dtypes=DTYPES, steps: int = 20, pattern: str | None = None) -> list[Case]:
+    out = []
+    for dtype in dtypes:
+        for config, layout, regime in PLAN[optimizer]:
+            hp, options = CONFIGS[optimizer][config]
+            case = Case(optimizer, dtype, config, hp, layout, regime, steps, frozenset(options))
+            if pattern is None or fnmatch.fnmatch(case.name, pattern) or pattern in case.name:
+                out.append(case)
+    return out
+
+
+def find_case(name: str, steps: int = 20) -> Case:
+    """The case with exactly this name (as printed in reports)."""
+    optimizer = name.split("/")[0]
+    if optimizer not in PLAN:
+        raise ValueError(f"no case named {name!r}")
+    for case in cases(optimizer, steps=steps):
+        if case.name == name:
+            return case
+    raise ValueError(f"no case named {name!r}")
+
+
+# --- inputs --------------------------------------------------------------
+
+def _rng(seed: int, case: Case, *tag) -> np.random.Generator:
+    key = "|".join(map(str, (case.optimizer, case.dtype, case.config, case.layout, case.regime) + tag))
+    return np.random.default_rng([seed, zlib.crc32(key.encode())])
+
+
+def initial_params(case: Case, seed: int) -> list[list[np.ndarray]]:
+    """float64 values exactly representable in the case's dtype."""
+    regime = REGIMES[case.regime]
+    rng = _rng(seed, case, "params")
+    out = []
+    for shapes in LAYOUTS[case.layout]["groups"]:
+        group = []
+        for k, shape in enumerate(shapes):
+            p = rng.standard_normal(shape) * regime.param_scale
+            if regime.zero_params and k == 0:
+                p = np.zeros(shape)
+            group.append(round_to(p, case.dtype))
+        out.append(group)
+    return out
+
+
+def grads_at(case: Case, seed: int, step: int) -> list[list]:
+    """Grads for 1-based `step`, in the case's dtype; None where the layout says so."""
+    regime = REGIMES[case.regime]
+    scale = regime.grad_scale
+    if case.dtype == "float16":
+        scale = FP16_TINY["grad_scale"] if case.regime == "tiny_grads" else max(scale, FP16_GRAD_SCALE)
+    rng = _rng(seed, case, "grads", step)
+    none = LAYOUTS[case.layout].get("grad_none", {})
+    out = []
+    for g, shapes in enumerate(LAYOUTS[case.layout]["groups"]):
+        group = []
+        for i, shape in enumerate(shapes):
+            gr = rng.standard_normal(shape) * scale
+            if regime.zero_grad_fraction:
+                gr = np.where(rng.random(shape) < regime.zero_grad_fraction, 0.0, gr)
+            group.append(None if step in none.get((g, i), ()) else round_to(gr, case.dtype))
+        out.append(group)
+    return out

@@ -1,0 +1,169 @@
+"""Running error analysis: the tolerance of each element, derived from the
+oracle's own update math.
+
+`Bounded` is a float64 array that carries, per element, a bound on the
+absolute error an implementation computing the same expression in a lower
+precision (unit roundoff `u`) can accumulate. Each arithmetic operation
+rounds once: |fl(x op y) - (x op y)| <= u*|x op y|, and the errors of its
+operands propagate to first order with exact partial derivatives (Wilkinson's
+running error bound), plus half the smallest subnormal where the result
+underflows. Scalars (hyperparameters, bias corrections) enter with
+error u*|c|, as a kernel holding them in the compute dtype sees them.
+
+Passing `Bounded` arrays through the oracle's update functions (they use only
++ - * /, sqrt, maximum, square, sum) gives a bound for exactly the operations
+the specification performs, in its order: the op count of the compute dtype
+is the oracle's op count, never a tuned number.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from oracle.storage import FORMATS, canonical
+
+
+class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
+    __array_priority__ = 100
+
+    def __init__(self, value, err=None, u=0.0, eta=None):
+        self.v = np.asarray(value, dtype=np.float64)
+        self.e = np.zeros_like(self.v) if err is None else np.asarray(err, dtype=np.float64)
+        self.u = u
+        # absolute error floor of one rounding: half the smallest subnormal of
+        # the compute format (underflow), derived from u when not given
+        self.eta = underflow_floor(u) if eta is None else eta
+
+    # --- construction helpers
+    def _lift(self, x):
+        if isinstance(x, Bounded):
+            return x
+        x = np.asarray(x, dtype=np.float64)
+        return Bounded(x, self.u * np.abs(x) + self.eta, self.u, self.eta)  # a constant held in the compute dtype
+
+    def _round(self, v, e):
+        with np.errstate(invalid="ignore", over="ignore"):
+            return Bounded(v, e + self.u * np.abs(v) + self.eta, self.u, self.eta)
+
+    # --- numpy protocol
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs.get("out") is not None:
+            return NotImplemented
+        rule = _UFUNCS.get(ufunc)
+        if rule is None:
+            return NotImplemented
+        return rule(self, *[self._lift(x) for x in inputs])
+
+    def __array_function__(self, func, types, args, kwargs):
+        rule = _FUNCTIONS.get(func)
+        if rule is None:
+            return NotImplemented
+        return rule(*args, **kwargs)
+
+    # --- python scalar protocol: used for branches on norms (== 0) and math.sqrt
+    def __float__(self):
+        return float(self.v)
+
+    def __bool__(self):
+        return bool(self.v)
+
+    @property
+    def shape(self):
+        return self.v.shape
+
+    def copy(self):
+        return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta)
+
+
+def _add(s, a, b):
+    return s._round(a.v + b.v, a.e + b.e)
+
+
+def _sub(s, a, b):
+    return s._round(a.v - b.v, a.e + b.e)
+
+
+def _mul(s, a, b):
+    return s._round(a.v * b.v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e)
+
+
+def _div(s, a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = a.v / b.v
+        margin = np.abs(b.v) - b.e
+        e = np.where(margin > 0, (a.e + np.abs(q) * b.e) / np.where(margin > 0, margin, 1.0), np.inf)
+    return s._round(q, e)
+
+
+def _sqrt(s, a):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.sqrt(a.v)
+        low = np.sqrt(np.maximum(a.v - a.e, 0.0))
+        denom = r + low
+        e = np.where(denom > 0, a.e / np.where(denom > 0, denom, 1.0), np.sqrt(a.e))
+    return s._round(r, e)
+
+
+def _neg(s, a):
+    return Bounded(-a.v, a.e, s.u, s.eta)
+
+
+def _square(s, a):
+    return _mul(s, a, a)
+
+
+def _maximum(s, a, b):
+    return Bounded(np.maximum(a.v, b.v), np.maximum(a.e, b.e), s.u, s.eta)
+
+
+def _sum(x, axis=None, **_):
+    """Sum with a reduction-order-agnostic bound: any summation tree of depth
+    d errs by at most d*u*sum|x_i|; d = ceil(log2 n) covers pairwise and
+    blocked reductions, +8 levels for serial runs inside vector lanes."""
+    x = x if isinstance(x, Bounded) else Bounded(x)
+    n = max(x.v.size, 1)
+    depth = math.ceil(math.log2(n)) + 8 if n > 1 else 0
+    return Bounded(np.sum(x.v), np.sum(x.e) + depth * (x.u * np.sum(np.abs(x.v)) + x.eta), x.u, x.eta)
+
+
+def _like(fill):
+    def make(x, fill_value=None, **_):
+        val = fill if fill_value is None else fill_value
+        ref = x.v if isinstance(x, Bounded) else np.asarray(x)
+        return Bounded(np.full_like(ref, val, dtype=np.float64), np.zeros(ref.shape), getattr(x, "u", 0.0))
+    return make
+
+
+def _norm(x, *args, **kwargs):
+    return np.sqrt(_sum(_mul(x, x, x)))
+
+
+def _compare(op):
+    return lambda s, a, b: op(a.v, b.v)
+
+
+_UFUNCS = {np.equal: _compare(np.equal), np.not_equal: _compare(np.not_equal), np.less: _compare(np.less),
+           np.greater: _compare(np.greater), np.less_equal: _compare(np.less_equal),
+           np.greater_equal: _compare(np.greater_equal), np.add: _add, np.subtract: _sub, np.multiply: _mul, np.true_divide: _div, np.sqrt: _sqrt,
+           np.negative: _neg, np.square: _square, np.maximum: _maximum}
+_FUNCTIONS = {np.shape: lambda x: x.v.shape, np.iscomplexobj: lambda x: False, np.sum: _sum, np.zeros_like: _like(0.0), np.full_like: _like(None), np.linalg.norm: _norm}
+
+
+def unit_roundoff(dtype: str) -> float:
+    """u = 2**-p for a format with p significand bits."""
+    return 2.0 ** -FORMATS[canonical(dtype)][0]
+
+
+def underflow_floor(u: float) -> float:
+    """Half the smallest subnormal of the format whose unit roundoff is u:
+    below the normal range a rounding errs by up to this absolute amount."""
+    for bits, emin, _ in FORMATS.values():
+        if 2.0 ** -bits == u:
+            return 2.0 ** (emin - bits)
+    return 0.0
+
+
+def exact(x, u: float) -> Bounded:
+    """An input the implementation holds exactly (its own stored value)."""
+    return Bounded(np.asarray(x, dtype=np.float64), None, u)

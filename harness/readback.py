@@ -1,0 +1,101 @@
+"""Read an optimizer's state back in canonical float64 form.
+
+Works on any torch.optim.Optimizer: per-param state entries are found under
+torch's names or common aliases, counters under state[p]["step"] (per param)
+or param_group["step"] (per group). Nothing here writes to the optimizer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+# canonical name -> names implementations use for it
+ALIASES = {
+    "exp_avg": ("exp_avg",),
+    "exp_avg_sq": ("exp_avg_sq",),
+    "max_exp_avg_sq": ("max_exp_avg_sq",),
+    "sum": ("sum",),
+    "master_param": ("master_param", "master", "fp32_param", "master_weight"),
+}
+
+
+def to_numpy(t) -> np.ndarray:
+    """Exact float64 copy of a tensor (bf16/fp16/fp32 widen exactly)."""
+    return t.detach().to("cpu", torch.float64).numpy().copy()
+
+
+def dtype_name(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def counter_value(v):
+    """A counter as an exact int, or the raw value if it is not integral (a
+    float counter that lost integrality is itself a finding)."""
+    if v is None:
+        return None
+    if isinstance(v, torch.Tensor):
+        v = v.item()
+    return int(v) if float(v).is_integer() else v
+
+
+@dataclass
+class Snapshot:
+    params: list           # [g][i] float64 arrays of the model params
+    state: list            # [g][i] {canonical name: float64 array}
+    dtypes: list           # [g][i] {"param" or canonical name: dtype name}
+    devices: list          # [g][i] {"param", "step" or canonical name: device string}
+    param_steps: list      # [g][i] per-param counter (None when absent)
+    step_types: list       # [g][i] type of the per-param counter, e.g. "tensor(float32)", "int"
+    group_steps: list      # [g] per-group counter (None when absent)
+    group_has_step: list   # [g] whether the group dict has a "step" key at all
+    extra_keys: list       # [g][i] state keys not understood (reported by the schema check)
+
+
+def _type_name(v) -> str:
+    return f"tensor({dtype_name(v)})" if isinstance(v, torch.Tensor) else type(v).__name__
+
+
+def read(opt: torch.optim.Optimizer) -> Snapshot:
+    snap = Snapshot([], [], [], [], [], [], [], [], [])
+    reverse = {alias: canon for canon, names in ALIASES.items() for alias in names}
+    for group in opt.param_groups:
+        row = [[] for _ in range(7)]
+        for p in group["params"]:
+            st = opt.state.get(p, {})
+            canon, dtypes, devices, extra = {}, {"param": dtype_name(p)}, {"param": str(p.device)}, []
+            for key, val in st.items():
+                if key == "step":
+                    devices["step"] = str(val.device) if isinstance(val, torch.Tensor) else "host"
+                elif key in reverse and isinstance(val, torch.Tensor):
+                    canon[reverse[key]] = to_numpy(val)
+                    dtypes[reverse[key]] = dtype_name(val)
+                    devices[reverse[key]] = str(val.device)
+                else:
+                    extra.append(key)
+            for r, v in zip(row, (to_numpy(p), canon, dtypes, devices, counter_value(st.get("step")),
+                                  _type_name(st["step"]) if "step" in st else None, extra)):
+                r.append(v)
+        for lst, r in zip((snap.params, snap.state, snap.dtypes, snap.devices, snap.param_steps,
+                           snap.step_types, snap.extra_keys), row):
+            lst.append(r)
+        snap.group_steps.append(counter_value(group.get("step")))
+        snap.group_has_step.append("step" in group)
+    return snap
+
+
+def math_params(snap: Snapshot) -> list:
+    """What the update math runs on: the FP32 master where one is kept."""
+    return [[st.get("master_param", p) for p, st in zip(ps, sts)]
+            for ps, sts in zip(snap.params, snap.state)]
+
+
+def counter_location(opt: torch.optim.Optimizer) -> str | None:
+    """Where the counters live, from state_dict(): 'group', 'param' or None (none yet)."""
+    sd = opt.state_dict()
+    if any("step" in g for g in sd["param_groups"]):
+        return "group"
+    if any("step" in s for s in sd["state"].values()):
+        return "param"
+    return None
