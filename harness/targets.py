@@ -107,25 +107,22 @@ def torch_targets() -> list[Target]:
 
 
 def _fused_targets() -> list[Target]:
-    """Our own kernels (fused/), if the package is importable."""
+    """Our own kernels (fused/); skipped with the reason when they cannot load."""
     try:
         import fused
-    except Exception as exc:  # noqa: BLE001 - any failure to import means "not available"
-        reason = f"fused package unavailable: {exc}"
+        conventions = fused.CONVENTIONS
+        classes = {"adamw": (fused.FusedAdam, {"adam_w_mode": True}), "adam": (fused.FusedAdam, {"adam_w_mode": False}),
+                   "adagrad": (fused.FusedAdagrad, {}), "lamb": (fused.FusedLAMB, {})}
+    except Exception as exc:  # noqa: BLE001 - any failure to load means "not available", with the reason
+        reason = f"fused package unavailable: {type(exc).__name__}: {exc}"
         return [Target(name=f"fused.{n}", optimizer=n, make=None, convention=None,
                        requires=lambda d, r=reason: r) for n in ("adamw", "adam", "adagrad", "lamb")]
-    masters = dict(masters=True, compute="float32", state_dtype="float32", devices=("cpu", "cuda"), scaling=_fused_scaled_step)
-    return [
-        Target(name="fused.adamw", optimizer="adamw", convention=fused.CONVENTIONS["adamw"],
-               make=_torch_make(fused.FusedAdam, adam_w_mode=True), **masters),
-        Target(name="fused.adam", optimizer="adam", convention=fused.CONVENTIONS["adam"],
-               make=_torch_make(fused.FusedAdam, adam_w_mode=False), **masters),
-        Target(name="fused.adagrad", optimizer="adagrad", convention=fused.CONVENTIONS["adagrad"],
-               make=_torch_make(fused.FusedAdagrad), options=frozenset({"lr_decay", "initial_accumulator_value"}),
-               **masters),
-        Target(name="fused.lamb", optimizer="lamb", convention=fused.CONVENTIONS["lamb"],
-               make=_torch_make(fused.FusedLAMB), **masters),
-    ]
+    options = {"adagrad": frozenset({"lr_decay", "initial_accumulator_value"})}
+    return [Target(name=f"fused.{name}", optimizer=name, convention=conventions[name], make=_torch_make(cls, **flags),
+                   masters=True, compute="float32", state_dtype="float32", devices=("cpu", "cuda"),
+                   options=options.get(name, frozenset()), scaling=_fused_scaled_step,
+                   notes=f"our fused {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())})")
+            for name, (cls, flags) in classes.items()]
 
 
 def _fused_scaled_step(opt, inv_scale, found_inf):

@@ -18,7 +18,7 @@ import torch
 
 pytestmark = pytest.mark.gpu
 
-N = 2**31 + 4099  # more than 2**31 elements, and not a multiple of any power-of-two chunk size
+N = 2**31 + 2**20 + 3  # over 2**31 elements, not a multiple of any power-of-two chunk; windows apart
 K = 4096  # probe window width
 HP = {"lr": 1e-2, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.1}
 WINDOWS = [(0, K), (2**31 - K, 2**31 + K), (N - K, N)]

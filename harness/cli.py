@@ -1,0 +1,143 @@
+"""`python -m oracle.compare`: run implementations against the oracle and report.
+
+Exit status: 0 all checks pass, 1 any mismatch or crashed target, 2 usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import sys
+import time
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+OPTIMIZERS = ("adam", "adamw", "adagrad", "lamb")
+
+
+class UsageError(Exception):
+    pass
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m oracle.compare",
+        description="Compare optimizer implementations with the float64 oracle and write mismatch reports.")
+    p.add_argument("--optimizer", action="append", metavar="NAME",
+                   help="adam, adamw, adagrad, lamb or all (repeatable; default adamw)")
+    p.add_argument("--impl", action="append", default=[], metavar="MODULE:NAME",
+                   help="a user optimizer: a torch.optim.Optimizer subclass (or factory) with torch's constructor "
+                        "signature; repeatable. When given, only these implementations run (plus --target ones)")
+    p.add_argument("--target", action="append", default=[], metavar="PATTERN",
+                   help="built-in targets to run, by name or glob (e.g. 'torch.adamw.fused', 'fused.*'); "
+                        "default: every available target for the chosen optimizers")
+    p.add_argument("--dtype", action="append", choices=("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"),
+                   help="param dtypes (repeatable; default all three)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--steps", type=int, default=20, help="steps per case (default 20)")
+    p.add_argument("--seed", type=int, action="append", help="input seed (repeatable; default 0)")
+    p.add_argument("--case", metavar="PATTERN", help="only cases whose name matches this glob or substring")
+    p.add_argument("--list", action="store_true", help="list the selected targets and cases, run nothing")
+    p.add_argument("--report-dir", default=os.path.join("reports", "latest"),
+                   help="where report.md and report.json go (default reports/latest)")
+    p.add_argument("--quiet", action="store_true", help="no per-case progress lines")
+    return p
+
+
+def select_targets(args, optimizers):
+    from . import targets as T
+    if args.impl:
+        chosen = []
+        for spec in args.impl:
+            try:
+                chosen.append(T.load_impl(spec, optimizer=optimizers[0] if len(optimizers) == 1 else None))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from exc
+    else:
+        chosen = []
+    every = T.builtin_targets() + _third_party()
+    if args.target or not args.impl:
+        patterns = args.target or ["*"]
+        picked = [t for t in every if t.optimizer in optimizers and any(fnmatch.fnmatch(t.name, p) for p in patterns)]
+        if args.target and not picked:
+            raise UsageError(f"no target matches {args.target}; known: {', '.join(t.name for t in every)}")
+        chosen += picked
+    return chosen
+
+
+def _third_party():
+    try:
+        from .deepspeed_targets import deepspeed_targets
+    except ImportError:
+        return []
+    return deepspeed_targets()
+
+
+def parse(argv):
+    args = parser().parse_args(argv)
+    opts = args.optimizer or ["adamw"]
+    optimizers = list(OPTIMIZERS) if "all" in opts else opts
+    bad = [o for o in optimizers if o not in OPTIMIZERS]
+    if bad:
+        raise UsageError(f"unknown optimizer {bad[0]!r}; choose from {', '.join(OPTIMIZERS)} or all")
+    if args.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
+        raise UsageError(f"--device must be cpu or cuda, got {args.device!r}")
+    return args, optimizers
+
+
+def plan(args, optimizers):
+    from oracle.storage import canonical
+    from . import cases as C
+    dtypes = tuple(canonical(d) for d in args.dtype) if args.dtype else C.DTYPES
+    targets = select_targets(args, optimizers)
+    work = []
+    for target in targets:
+        for seed in args.seed or [0]:
+            for case in C.cases(target.optimizer, dtypes, args.steps, args.case):
+                work.append((target, case, seed))
+    if args.case and not work:
+        raise UsageError(f"no case matches {args.case!r}")
+    return targets, work
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args, optimizers = parse(argv)
+        targets, work = plan(args, optimizers)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.list:
+        for target, case, seed in work:
+            print(f"{target.name}\t{case.name}\tseed={seed}")
+        return EXIT_OK
+    from . import report
+    from .run import run_case
+    results, complete, t0 = [], True, time.perf_counter()
+    try:
+        for n, (target, case, seed) in enumerate(work, 1):
+            r = run_case(target, case, seed, args.device)
+            results.append(r)
+            if not args.quiet:
+                print(f"[{n}/{len(work)}] {r.status:5s} {target.name} {case.name} seed={seed}"
+                      + (f"  ({r.reason})" if r.status in ("error",) else ""), file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        complete = False
+        print("interrupted: writing the cases finished so far (report marked incomplete)", file=sys.stderr)
+    report.write(args.report_dir, results, ["python", "-m", "oracle.compare", *argv], complete, args.device,
+                 {"seconds": round(time.perf_counter() - t0, 2)})
+    print(report.summary_table(report.summarize(results)))
+    bad = [r for r in results if r.status in ("fail", "error")]
+    print(f"\n{len(results)} cases, {sum(r.status == 'pass' for r in results)} passed, {len(bad)} failed, "
+          f"{sum(r.status == 'skip' for r in results)} skipped in {time.perf_counter() - t0:.1f}s; "
+          f"report: {os.path.join(args.report_dir, 'report.md')}")
+    for r in bad[:10]:
+        first = next((f for c in r.checks.values() for f in c.findings), None)
+        where = f" step {first.step} {first.tensor}" if first else ""
+        print(f"  {r.status.upper()} {r.target} {r.case}:{where} {r.reason}\n    reproduce: "
+              f"{report.repro_command(r, args.device)}")
+    if not complete:
+        return EXIT_INTERRUPTED
+    return EXIT_MISMATCH if bad else EXIT_OK
