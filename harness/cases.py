@@ -30,6 +30,11 @@ LAYOUTS = {
     "grad_none": {"groups": [[(8, 8), (6,)]], "grad_none": {(0, 1): (1, 2, 5)}},
     "scalar": {"groups": [[(), (4,)]]},
     "many_shapes": {"groups": [[(3, 5, 7), (1,), (64,)], [(2, 1, 3)]]},
+    # zero-numel tensors first, in the middle and last. Group 0 ends a launch that is not
+    # full, holding a real tensor and a zero-numel one, for any launcher packing >= 3 tensors
+    # per launch (TE #3207 dropped such a launch); "zero_numel_last" misses 3-tensor launches
+    # (its 3 tensors fill one exactly).
+    "zero_numel_slots": {"groups": [[(8, 8), (0,)], [(0,), (6,), (0, 3), (3, 2), (0,)]]},
 }
 
 
@@ -56,6 +61,8 @@ REGIMES = {
                           doc="lr*wd = 0.05: decay form and its order relative to the update"),
     "zero_grads": Regime(zero_grad_fraction=0.5, doc="half the grad elements exactly zero"),
     "lr0": Regime(hparams={"lr": 0.0}, doc="lr = 0: params must not move; state and counters still advance"),
+    "lr0_zero_grads": Regime(zero_grad_fraction=0.5, hparams={"lr": 0.0},
+                             doc="lr = 0 where v = 0: forms dividing by lr give 0/0 (PyTorch #126514)"),
 }
 # fp16 holds v = (1-b2)*g^2 only for |g| >~ 0.25 (min normal 6e-5): below that a
 # path that stores v in fp16 divides by an underflowed v (torch's own tests
@@ -83,12 +90,18 @@ class Case:
     def name(self) -> str:
         return f"{self.optimizer}/{SHORT[self.dtype]}/{self.config}/{self.layout}/{self.regime}"
 
-    def group_hparams(self) -> list[dict]:
-        """Hyperparameters per group: base, then the regime's, then the no-decay group's wd = 0."""
-        regime = REGIMES[self.regime]
-        base = {**self.hparams, **regime.hparams}
+    def base_hparams(self) -> dict:
+        """The config's hyperparameters with the regime's on top: what the
+        constructor gets (some options, e.g. LAMB's max_grad_norm and torch
+        Adagrad's initial_accumulator_value, are read only from there)."""
+        base = {**self.hparams, **REGIMES[self.regime].hparams}
         if self.dtype == "float16":
             base["eps"] = FP16_TINY["eps"] if self.regime == "tiny_grads" else max(base.get("eps", 0.0), FP16_MIN_EPS)
+        return base
+
+    def group_hparams(self) -> list[dict]:
+        """Hyperparameters per group: the base, and wd = 0 in the layout's no-decay group."""
+        base = self.base_hparams()
         groups = LAYOUTS[self.layout]["groups"]
         nd = LAYOUTS[self.layout].get("no_decay_group")
         return [{**base, **({"weight_decay": 0.0} if g == nd else {})} for g in range(len(groups))]
@@ -127,7 +140,8 @@ PLAN = {
              ("wd0.1", "empty_group", "large_decay"), ("wd0.1", "rank_skew", "small_params"),
              ("amsgrad", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
              ("wd0.1", "scalar", "lr0"), ("betas", "many_shapes", "tiny_grads"),
-             ("amsgrad", "grad_none", "large_decay")],
+             ("amsgrad", "grad_none", "large_decay"), ("wd0.1", "zero_numel_slots", "normal"),
+             ("wd0", "two_groups", "lr0_zero_grads")],
     "adagrad": [("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
                 ("wd0.1", "empty_group", "large_decay"), ("lr_decay", "rank_skew", "small_params"),
                 ("init_acc", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),

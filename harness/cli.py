@@ -40,6 +40,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--report-dir", default=os.path.join("reports", "latest"),
                    help="where report.md and report.json go (default reports/latest)")
     p.add_argument("--quiet", action="store_true", help="no per-case progress lines")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds one case may run before its worker is killed and an error row recorded "
+                        "(default 300)")
+    p.add_argument("--no-isolate", dest="isolate", action="store_false",
+                   help="run cases in this process (faster start; a crashing target then ends the sweep)")
     return p
 
 
@@ -54,7 +59,7 @@ def select_targets(args, optimizers):
                 raise UsageError(str(exc)) from exc
     else:
         chosen = []
-    every = T.builtin_targets() + _third_party()
+    every = every_target()
     if args.target or not args.impl:
         patterns = args.target or ["*"]
         picked = [t for t in every if t.optimizer in optimizers and any(fnmatch.fnmatch(t.name, p) for p in patterns)]
@@ -64,12 +69,15 @@ def select_targets(args, optimizers):
     return chosen
 
 
-def _third_party():
+def every_target():
+    """Built-in targets plus third-party ones (each skips itself when its library is missing)."""
+    from . import targets as T
+    out = T.builtin_targets()
     try:
         from .deepspeed_targets import deepspeed_targets
     except ImportError:
-        return []
-    return deepspeed_targets()
+        return out
+    return out + deepspeed_targets()
 
 
 def parse(argv):
@@ -79,6 +87,8 @@ def parse(argv):
     bad = [o for o in optimizers if o not in OPTIMIZERS]
     if bad:
         raise UsageError(f"unknown optimizer {bad[0]!r}; choose from {', '.join(OPTIMIZERS)} or all")
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
     if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
@@ -101,6 +111,15 @@ def plan(args, optimizers):
     return targets, work
 
 
+def execute(work, args):
+    """CaseResults for the work list, in order; in a worker process unless --no-isolate."""
+    if args.isolate:
+        from .isolate import run_isolated
+        return run_isolated(work, args.device, args.timeout)
+    from .run import run_case
+    return (run_case(target, case, seed, args.device) for target, case, seed in work)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -114,11 +133,9 @@ def main(argv=None) -> int:
             print(f"{target.name}\t{case.name}\tseed={seed}")
         return EXIT_OK
     from . import report
-    from .run import run_case
     results, complete, t0 = [], True, time.perf_counter()
     try:
-        for n, (target, case, seed) in enumerate(work, 1):
-            r = run_case(target, case, seed, args.device)
+        for n, ((target, case, seed), r) in enumerate(zip(work, execute(work, args)), 1):
             results.append(r)
             if not args.quiet:
                 print(f"[{n}/{len(work)}] {r.status:5s} {target.name} {case.name} seed={seed}"

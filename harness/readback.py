@@ -57,9 +57,11 @@ def _type_name(v) -> str:
     return f"tensor({dtype_name(v)})" if isinstance(v, torch.Tensor) else type(v).__name__
 
 
-def read(opt: torch.optim.Optimizer) -> Snapshot:
+def read(opt: torch.optim.Optimizer, rename=()) -> Snapshot:
+    """`rename`: (implementation key, canonical name) pairs for names that
+    mean something else elsewhere (DeepSpeed's Adagrad keeps `sum` as "exp_avg_sq")."""
     snap = Snapshot([], [], [], [], [], [], [], [], [])
-    reverse = {alias: canon for canon, names in ALIASES.items() for alias in names}
+    reverse = {alias: canon for canon, names in ALIASES.items() for alias in names} | dict(rename)
     for group in opt.param_groups:
         row = [[] for _ in range(7)]
         for p in group["params"]:

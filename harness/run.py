@@ -25,7 +25,7 @@ from oracle.storage import quantum, round_to
 from . import cases as C
 from .checks import CheckResult, Finding, coarser, compare_exact, compare_tensor, same_bits, tolerance
 from .errmodel import Bounded, unit_roundoff
-from .readback import Snapshot, counter_location, math_params, read
+from .readback import Snapshot, counter_location, math_params
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float64": torch.float64}
@@ -60,7 +60,7 @@ def make_params(case: C.Case, seed: int, device: str) -> list:
 
 def build(target, case: C.Case, params) -> torch.optim.Optimizer:
     groups = [{"params": ps, **hp} for ps, hp in zip(params, case.group_hparams())]
-    return target.make(groups, {})
+    return target.make(groups, case.base_hparams())
 
 
 def set_grads(params, grads) -> None:
@@ -108,7 +108,8 @@ def check_step(res: dict, k: int, case, target, before: Snapshot, after: Snapsho
             if has_master:
                 rounded = round_to(after.state[g][i]["master_param"], after.dtypes[g][i]["param"])
                 compare_tensor(res["lockstep"], k, f"group {g} param {i} param (= master rounded)",
-                               rounded, after.params[g][i], before.params[g][i], 0.0, after.dtypes[g][i]["param"])
+                               rounded, after.params[g][i], before.params[g][i], 0.0, after.dtypes[g][i]["param"],
+                               power=False)
             for key, ev in exp_state.params[g][i].items():
                 if key == "step":
                     continue
@@ -216,7 +217,7 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
     params = make_params(case, seed, device)
     opt = build(target, case, params)
     tracked = OptState.empty(params)
-    first = read(opt)
+    first = target.read(opt)
     traj_params = [[Bounded(p, None, u) for p in group] for group in math_params(first)]
     traj_state = OptState.empty(params)
     traj_state.params = [[{k: Bounded(v, None, u) for k, v in st.items() if k != "master_param"} for st in sts]
@@ -228,13 +229,13 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
         if k > case.steps:
             opt.step()
             continue
-        before = read(opt)
+        before = target.read(opt)
         bgrads = [[bounded(g, u) for g in gs] for gs in grads]
         exp_params, exp_state = module.step(
             [[Bounded(p, None, u) for p in group] for group in math_params(before)],
             bgrads, oracle_input(before, tracked, u), hps, conv)
         opt.step()
-        after = read(opt)
+        after = target.read(opt)
         tracked = counters_only(exp_state)
         touched = [[t or g is not None for t, g in zip(ts, gs)] for ts, gs in zip(touched, grads)]
         check_step(res, k, case, target, before, after, exp_params, exp_state)
@@ -243,7 +244,7 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
         traj_params, traj_state = module.step(traj_params, bgrads, traj_state, hps, conv)
         traj_params, traj_state = trajectory_store(traj_params, traj_state, after, compute)
         check_trajectory(res["trajectory"], k, traj_params, traj_state, after, old)
-    check_schema(res["schema"], case, target, opt, read(opt), touched)
+    check_schema(res["schema"], case, target, opt, target.read(opt), touched)
     return opt, params
 
 

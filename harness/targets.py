@@ -44,6 +44,7 @@ class Target:
     compute: str = "float32"
     masters: bool = False
     state_dtype: str = "param"  # dtype of moments/accumulators: "param" (torch) or "float32"
+    state_names: tuple = ()     # (implementation key, canonical name) pairs, see readback.read
     options: frozenset = frozenset()
     requires: Callable[[str], str | None] = lambda device: None
     notes: str = ""
@@ -55,6 +56,10 @@ class Target:
         if device == "cuda" and not torch.cuda.is_available():
             return "CUDA is not available"
         return self.requires(device)
+
+    def read(self, opt):
+        from .readback import read
+        return read(opt, self.state_names)
 
     def compute_dtype(self, storage: str) -> str:
         return storage if self.compute == "storage" else "float32"

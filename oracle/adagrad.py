@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import GradScaling, OptState, check_range, drive, maybe_fp32
+from .common import GradScaling, OptState, check_counter, check_range, drive, maybe_fp32
 
 DECAYS = ("l2", "decoupled", "accumulator")
 EPS_MODES = ("outside", "inside")
@@ -44,6 +44,7 @@ class AdagradConvention:
             raise ValueError(f"decay must be one of {DECAYS}, got {self.decay!r}")
         if self.eps_mode not in EPS_MODES:
             raise ValueError(f"eps_mode must be one of {EPS_MODES}, got {self.eps_mode!r}")
+        check_counter(self.counter)
 
 
 TORCH_ADAGRAD = AdagradConvention()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import GradScaling, OptState, bias_corrections, check_range, drive, maybe_fp32
+from .common import GradScaling, OptState, bias_corrections, check_counter, check_range, drive, maybe_fp32
 
 DECAYS = ("l2", "decoupled", "decoupled_update")
 EPS_MODES = ("outside", "outside_corrected", "inside")
@@ -50,6 +50,7 @@ class AdamConvention:
             raise ValueError(f"decay must be one of {DECAYS}, got {self.decay!r}")
         if self.eps_mode not in EPS_MODES:
             raise ValueError(f"eps_mode must be one of {EPS_MODES}, got {self.eps_mode!r}")
+        check_counter(self.counter)
 
 
 TORCH_ADAM = AdamConvention(decay="l2")

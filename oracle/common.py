@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,24 +87,24 @@ def check_structure(params, grads, state: OptState, hparams) -> None:
                 raise ValueError(f"group {g} param {i}: grad shape {np.shape(gr)} != param shape {np.shape(p)}")
 
 
-def as_float64(x):
-    """Array-likes become float64 arrays. Objects that implement numpy's
-    protocols themselves (the harness's error-bounded arrays) pass through, so
-    the same update math can also derive tolerances."""
+def as_float64(x, copy: bool = False):
+    """Array-likes become float64 arrays (a new one when `copy`). Objects that
+    implement numpy's protocols themselves (the harness's error-bounded arrays)
+    pass through, so the same update math can also derive tolerances."""
     if hasattr(x, "__array_function__") and not isinstance(x, np.ndarray):
         return x
-    return np.asarray(x, dtype=np.float64)
+    return np.array(x, dtype=np.float64) if copy else np.asarray(x, dtype=np.float64)
 
 
 def check_range(group: int, name: str, value, low=None, high=None, high_open=False) -> None:
     """Hyperparameter range check with a message naming the group."""
-    ok = isinstance(value, (int, float)) and not math.isnan(value)
+    ok = isinstance(value, numbers.Real) and not math.isnan(value)  # numbers.Real: NumPy scalars too
     if ok and low is not None:
         ok = value >= low
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if not ok:
-        bound = f"[{low}, {high}{')' if high_open else ']'}"
+        bound = f"[{low}, inf)" if high is None else f"[{low}, {high}{')' if high_open else ']'}"
         raise ValueError(f"group {group}: {name}={value!r} is outside {bound}")
 
 
@@ -118,7 +119,9 @@ def drive(params, grads, state, hparams, counter, scaling, update):
     """
     check_counter(counter)
     check_structure(params, grads, state, hparams)
-    new_params = [[as_float64(p) for p in group] for group in params]
+    # copies: a param without a grad (or every param, under found_inf) is returned as is,
+    # and must not alias the caller's array
+    new_params = [[as_float64(p, copy=True) for p in group] for group in params]
     new_state = state.copy()
     if scaling is not None and scaling.found_inf:
         return new_params, new_state

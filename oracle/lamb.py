@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .adam import moments
-from .common import GradScaling, OptState, as_float64, bias_corrections, check_range, drive, maybe_fp32
+from .common import (GradScaling, OptState, as_float64, bias_corrections, check_counter, check_range,
+                     check_structure, drive, maybe_fp32)
 
 DECAYS = ("decoupled_update", "l2")
 BIAS_CORRECTIONS = ("moments", "step_size", "none")
@@ -55,6 +56,7 @@ class LambConvention:
         for name, allowed in (("decay", DECAYS), ("bias_correction", BIAS_CORRECTIONS), ("trust", TRUSTS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        check_counter(self.counter)
 
 
 APEX_LAMB = LambConvention()
@@ -116,12 +118,14 @@ def trust_ratio(p, u, hp, conv: LambConvention) -> float:
 
 def update(p, g, st, hp, t, conv: LambConvention, clip: float):
     new_st, u, step_size = raw_update(p, g / clip, st, hp, t, conv)
-    return p - step_size * trust_ratio(p, u, hp, conv) * u, new_st
+    # keep the other entries (the per-param "step" counter) alongside the new moments
+    return p - step_size * trust_ratio(p, u, hp, conv) * u, {**st, **new_st}
 
 
 def step(params, grads, state: OptState, hparams, conv: LambConvention = APEX_LAMB,
          scaling: GradScaling | None = None):
     hps = validate(hparams)
+    check_structure(params, grads, state, hps)  # before the clip norm reads the grads
     inv_scale = 1.0 if scaling is None else scaling.inv_scale
     # One optimizer-wide max_grad_norm (apex reads its constructor default); group 0 carries it.
     arrays = [[None if g is None else as_float64(g) for g in group] for group in grads]

@@ -48,7 +48,7 @@ def round_to(x, dtype) -> np.ndarray:
         return x.copy()
     bits, _, emax = FORMATS[name]
     q = quantum(x, name)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # overflow near float64's max: inf, as below
         r = np.rint(x / q) * q  # x / q is exact (power of two); rint is ties-to-even
     largest = (2.0 - 2.0 ** (1 - bits)) * 2.0 ** emax
     r = np.where(np.abs(r) > largest, np.copysign(np.inf, x), r)

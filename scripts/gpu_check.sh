@@ -6,7 +6,8 @@
 # >2^31-element tensor test, guarded by free memory), oracle.compare on cuda, the kernel benchmark.
 # Everything it writes, install logs included, lands in one folder (default reports/gpu/).
 # The whole run is held to GPU_CHECK_BUDGET_S (default 470 s, under 8 minutes) by per-step `timeout`s
-# and a budget passed to the suite. Exit status: 0 all passed, 3 no usable GPU, 1 anything else.
+# and a budget passed to the suite. Exit status: 0 all passed, 3 no usable GPU,
+# 124 an install step timed out, 1 anything else.
 #
 # Settings (environment): TORCH_INDEX_URL, TORCH_VERSION, GPU_CHECK_VENV, GPU_REPORT_DIR, PYTHON,
 # GPU_CHECK_BUDGET_S, GPU_TIMEOUT_<STEP>, and pip's own PIP_* (PIP_FIND_LINKS + PIP_NO_INDEX=1 offline).
@@ -63,8 +64,8 @@ export GPU_TIMEOUT_BUILD=${GPU_TIMEOUT_BUILD:-180}
 export GPU_TIMEOUT_TESTS=${GPU_TIMEOUT_TESTS:-150}
 export GPU_TIMEOUT_COMPARE=${GPU_TIMEOUT_COMPARE:-180}
 export GPU_TIMEOUT_BENCH=${GPU_TIMEOUT_BENCH:-90}
-TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$(cd "$venv" && pwd)/torch_extensions}
-export TORCH_EXTENSIONS_DIR
+FUSED_BUILD_DIR=${FUSED_BUILD_DIR:-$(cd "$venv" && pwd)/fused_build}
+export FUSED_BUILD_DIR
 rc=0
 "$py" scripts/gpu_suite.py --report-dir "$report_dir" --budget-s "$(($(left) - 10))" || rc=$?
 

@@ -1,0 +1,106 @@
+// Python bindings of the CPU extension (fused._ext "cpu"): torch tensors in,
+// raw pointers out to cpu_kernels.cpp. Per-step scalars are made here, once
+// per call, in double, by the shared make_*scalars functions.
+#include <ATen/Parallel.h>
+
+#include "binding_utils.h"
+#include "cpu_kernels.h"
+#include "launch_plan.h"
+
+namespace optim::bind {
+
+void check_cpu(const at::Tensor& t) { TORCH_CHECK(t.device().is_cpu(), "expected a CPU tensor"); }
+
+int threads() { return at::get_num_threads(); }
+
+void adam(const Tensors& grads, const Tensors& params, const Tensors& exp_avgs, const Tensors& exp_avg_sqs,
+          const Tensors& models, double lr, double beta1, double beta2, double eps, double weight_decay,
+          bool decoupled, bool bias_correction, int64_t step, double inv_scale) {
+  if (grads.empty()) return;
+  const auto lists = make_lists(with_models({&grads, &params, &exp_avgs, &exp_avg_sqs}, models), at::kCPU);
+  const AdamHyper h{lr, beta1, beta2, eps, weight_decay, decoupled, bias_correction};
+  cpu::adam(lists, kinds_of(grads, params, exp_avgs, models), make_scalars(h, double(step), lr, inv_scale, false),
+            threads());
+}
+
+void adagrad(const Tensors& grads, const Tensors& params, const Tensors& sums, const Tensors& models,
+             double lr, double lr_decay, double eps, double weight_decay, bool decoupled, int64_t step,
+             double inv_scale) {
+  if (grads.empty()) return;
+  const auto lists = make_lists(with_models({&grads, &params, &sums}, models), at::kCPU);
+  const AdagradHyper h{lr, lr_decay, eps, weight_decay, decoupled};
+  cpu::adagrad(lists, kinds_of(grads, params, sums, models), make_scalars(h, double(step), lr, inv_scale, false),
+               threads());
+}
+
+at::Tensor sumsq(const Tensors& tensors, double scale) {
+  auto out = at::zeros({int64_t(tensors.size())}, at::dtype(at::kDouble));
+  if (tensors.empty()) return out;
+  const auto lists = make_lists({&tensors}, at::kCPU);
+  cpu::sumsq(lists, storage_dtype(tensors[0]), scale, out.data_ptr<double>(), threads());
+  return out;
+}
+
+void lamb_update(const Tensors& grads, const Tensors& params, const Tensors& exp_avgs,
+                 const Tensors& exp_avg_sqs, const Tensors& updates, const at::Tensor& grad_sumsq,
+                 double max_grad_norm, double beta1, double beta2, double eps, double weight_decay,
+                 bool grad_averaging, bool bias_correction, bool decoupled, int64_t step, double inv_scale,
+                 bool master) {
+  if (grads.empty()) return;
+  check_cpu(grad_sumsq);
+  const auto lists = make_lists({&grads, &params, &exp_avgs, &exp_avg_sqs, &updates}, at::kCPU);
+  const LambHyper h{0.0, beta1, beta2, eps, weight_decay, grad_averaging, bias_correction, decoupled, false};
+  const StorageKinds kinds{storage_dtype(grads[0]), master, storage_dtype(exp_avgs[0])};
+  const double clip = lamb_clip_divisor(grad_sumsq.item<double>(), max_grad_norm);
+  cpu::lamb_update(lists, kinds, make_lamb_scalars(h, double(step), inv_scale, false), float(clip), threads());
+}
+
+void lamb_apply(const Tensors& updates, const Tensors& params, const Tensors& models,
+                const at::Tensor& p_sumsq, const at::Tensor& u_sumsq, double lr, double weight_decay,
+                bool use_nvlamb) {
+  if (updates.empty()) return;
+  const auto lists = make_lists(with_models({&updates, &params}, models), at::kCPU);
+  const auto p_sq = p_sumsq.contiguous(), u_sq = u_sumsq.contiguous();
+  const bool use_ratio = use_nvlamb || weight_decay != 0.0;
+  std::vector<float> factors;
+  for (size_t t = 0; t < updates.size(); ++t) {
+    factors.push_back(float(lamb_step_factor(lr, p_sq.data_ptr<double>()[t], u_sq.data_ptr<double>()[t], use_ratio)));
+  }
+  const Dtype model = models.empty() ? storage_dtype(params[0]) : storage_dtype(models[0]);
+  cpu::lamb_apply(lists, StorageKinds{model, !models.empty(), Dtype::f32}, factors.data(), threads());
+}
+
+py::list plan_launches_py(const std::vector<int64_t>& sizes, int64_t chunk_size, int64_t max_tensors,
+                          int64_t max_blocks) {
+  py::list out;
+  for (const Launch& l : plan_launches(sizes, chunk_size, max_tensors, max_blocks)) {
+    out.append(py::dict(py::arg("tensors") = l.tensors, py::arg("block_slot") = l.block_slot,
+                        py::arg("block_chunk") = l.block_chunk, py::arg("first_block") = l.first_block));
+  }
+  return out;
+}
+
+// Rounds (or widens) through storage.h, for tests of the conversions.
+at::Tensor convert(const at::Tensor& src, at::ScalarType dtype) {
+  check_cpu(src);
+  auto in = src.contiguous();
+  auto out = at::empty(in.sizes(), in.options().dtype(dtype));
+  cpu::convert(in.data_ptr(), storage_dtype(in), out.data_ptr(), storage_dtype(out), in.numel());
+  return out;
+}
+
+}  // namespace optim::bind
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace b = optim::bind;
+  m.def("adam", &b::adam);
+  m.def("adagrad", &b::adagrad);
+  m.def("sumsq", &b::sumsq);
+  m.def("lamb_update", &b::lamb_update);
+  m.def("lamb_apply", &b::lamb_apply);
+  m.def("plan_launches", &b::plan_launches_py, py::arg("sizes"), py::arg("chunk_size"), py::arg("max_tensors"),
+        py::arg("max_blocks"));
+  m.def("chunk_offsets", &optim::chunk_offsets);
+  m.def("chunk_size", &optim::cpu::chunk_size);
+  m.def("convert", &b::convert);
+}

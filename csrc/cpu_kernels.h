@@ -1,0 +1,31 @@
+// CPU multi-tensor loops: every tensor of a call, cut into chunks, chunks
+// spread over OpenMP threads, each chunk a vectorizable loop over the shared
+// element ops. Plain C++ (no torch), so this file compiles fast and -O3.
+#pragma once
+
+#include <cstdint>
+
+#include "optim_math.h"
+#include "tensor_lists.h"
+
+namespace optim::cpu {
+
+int64_t chunk_size();
+
+void adam(const TensorLists& lists, const StorageKinds& kinds, const AdamScalars& s, int threads);
+void adagrad(const TensorLists& lists, const StorageKinds& kinds, const AdagradScalars& s, int threads);
+
+// out[t] = sum over tensor t of (x * scale)^2, in double; slot 0 holds x.
+// Chunk partials are added in a fixed order: the result does not depend on
+// the thread count.
+void sumsq(const TensorLists& lists, Dtype dtype, double scale, double* out, int threads);
+
+void lamb_update(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s,
+                 float clip, int threads);
+void lamb_apply(const TensorLists& lists, const StorageKinds& kinds, const float* step_factors,
+                int threads);
+
+// Storage conversion, exposed for tests of storage.h.
+void convert(const void* src, Dtype src_dtype, void* dst, Dtype dst_dtype, int64_t n);
+
+}  // namespace optim::cpu

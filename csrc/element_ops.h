@@ -1,0 +1,111 @@
+// Per-element glue between storage and the shared math: load every slot as
+// float, call the optim_math.h function, round and store. The CPU chunk loop
+// and the CUDA chunk loop both drive these ops, so the two paths differ only
+// in how elements are distributed, never in what is computed per element.
+//
+// Slot layouts (the order the bindings and fused/ pass their lists in):
+//   Adam         grad, param, exp_avg, exp_avg_sq [, model]
+//   Adagrad      grad, param, sum [, model]
+//   LAMB update  grad, param, exp_avg, exp_avg_sq, update
+//   LAMB apply   update, param [, model]
+// "param" is the fp32 master when there is one; "model" is then the
+// low-precision param, rewritten as the rounded master after every step.
+#pragma once
+
+#include <cstdint>
+
+#include "optim_math.h"
+#include "storage.h"
+
+namespace optim {
+
+// A slot accessor: slot(k) -> void* of this tensor's slot k.
+template <class T, class Slot> OPTIM_HD T* slot_at(const Slot& slot, int k, int64_t start) {
+  return static_cast<T*>(slot(k)) + start;
+}
+
+template <class G, class P, class M, bool Master> struct AdamOp {
+  static constexpr int kDepth = Master ? 5 : 4;
+  struct Regs { float g, p, m, v; };
+  const G* g; P* p; M* m; M* v; G* model;
+  AdamScalars s;
+
+  template <class Slot> OPTIM_HD AdamOp(const Slot& slot, int64_t start, const AdamScalars& scalars)
+      : g(slot_at<const G>(slot, 0, start)), p(slot_at<P>(slot, 1, start)),
+        m(slot_at<M>(slot, 2, start)), v(slot_at<M>(slot, 3, start)), model(nullptr), s(scalars) {
+    if constexpr (Master) model = slot_at<G>(slot, 4, start);
+  }
+  OPTIM_HD void load(Regs& r, int64_t i) const {
+    r.g = to_float(g[i]); r.p = to_float(p[i]); r.m = to_float(m[i]); r.v = to_float(v[i]);
+  }
+  OPTIM_HD void store(Regs& r, int64_t i) const {
+    adam_update(r.p, r.m, r.v, r.g, s);
+    p[i] = from_float<P>(r.p); m[i] = from_float<M>(r.m); v[i] = from_float<M>(r.v);
+    if constexpr (Master) model[i] = from_float<G>(r.p);
+  }
+};
+
+template <class G, class P, class M, bool Master> struct AdagradOp {
+  static constexpr int kDepth = Master ? 4 : 3;
+  struct Regs { float g, p, h; };
+  const G* g; P* p; M* h; G* model;
+  AdagradScalars s;
+
+  template <class Slot> OPTIM_HD AdagradOp(const Slot& slot, int64_t start, const AdagradScalars& scalars)
+      : g(slot_at<const G>(slot, 0, start)), p(slot_at<P>(slot, 1, start)),
+        h(slot_at<M>(slot, 2, start)), model(nullptr), s(scalars) {
+    if constexpr (Master) model = slot_at<G>(slot, 3, start);
+  }
+  OPTIM_HD void load(Regs& r, int64_t i) const {
+    r.g = to_float(g[i]); r.p = to_float(p[i]); r.h = to_float(h[i]);
+  }
+  OPTIM_HD void store(Regs& r, int64_t i) const {
+    adagrad_update(r.p, r.h, r.g, s);
+    p[i] = from_float<P>(r.p); h[i] = from_float<M>(r.h);
+    if constexpr (Master) model[i] = from_float<G>(r.p);
+  }
+};
+
+// LAMB stages 2-3: moments and the fp32 update direction; p is only read.
+template <class G, class P, class M> struct LambUpdateOp {
+  static constexpr int kDepth = 5;
+  struct Regs { float g, p, m, v; };
+  const G* g; const P* p; M* m; M* v; float* u;
+  float clip;
+  LambScalars s;
+
+  template <class Slot> OPTIM_HD LambUpdateOp(const Slot& slot, int64_t start, float clip_divisor,
+                                              const LambScalars& scalars)
+      : g(slot_at<const G>(slot, 0, start)), p(slot_at<const P>(slot, 1, start)),
+        m(slot_at<M>(slot, 2, start)), v(slot_at<M>(slot, 3, start)),
+        u(slot_at<float>(slot, 4, start)), clip(clip_divisor), s(scalars) {}
+  OPTIM_HD void load(Regs& r, int64_t i) const {
+    r.g = to_float(g[i]); r.p = to_float(p[i]); r.m = to_float(m[i]); r.v = to_float(v[i]);
+  }
+  OPTIM_HD void store(Regs& r, int64_t i) const {
+    u[i] = lamb_moments_update(r.p, r.m, r.v, r.g, clip, s);
+    m[i] = from_float<M>(r.m); v[i] = from_float<M>(r.v);
+  }
+};
+
+// LAMB stage 5: p <- p - step_factor * u, step_factor = lr * trust ratio.
+template <class G, class P, bool Master> struct LambApplyOp {
+  static constexpr int kDepth = Master ? 3 : 2;
+  struct Regs { float u, p; };
+  const float* u; P* p; G* model;
+  float step_factor;
+
+  template <class Slot> OPTIM_HD LambApplyOp(const Slot& slot, int64_t start, float factor)
+      : u(slot_at<const float>(slot, 0, start)), p(slot_at<P>(slot, 1, start)), model(nullptr),
+        step_factor(factor) {
+    if constexpr (Master) model = slot_at<G>(slot, 2, start);
+  }
+  OPTIM_HD void load(Regs& r, int64_t i) const { r.u = u[i]; r.p = to_float(p[i]); }
+  OPTIM_HD void store(Regs& r, int64_t i) const {
+    lamb_apply(r.p, r.u, step_factor);
+    p[i] = from_float<P>(r.p);
+    if constexpr (Master) model[i] = from_float<G>(r.p);
+  }
+};
+
+}  // namespace optim

@@ -1,0 +1,92 @@
+"""Builds and loads the C++/CUDA extensions, once, the way apex and DeepSpeed do.
+
+`torch.utils.cpp_extension.load` compiles csrc/ with ninja into a build
+directory (env FUSED_BUILD_DIR, default ~/.cache/optimizer-oracle/<torch, python>)
+and later loads the cached library; ninja rebuilds only what changed. No
+build isolation, no download: the installed torch's headers and libraries.
+
+The CPU extension uses no CUDA header or library, so it loads with the
+CPU-only torch wheel. The CUDA extension is built only when a CUDA device is
+used.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
+CPU_SOURCES = ["cpu_bindings.cpp", "cpu_kernels.cpp"]
+CUDA_SOURCES = ["cuda_bindings.cpp", "cuda_adam.cu", "cuda_adagrad.cu", "cuda_lamb.cu"]
+
+# -ffp-contract=off: no fused multiply-adds, so each element sees the same
+#   roundings on every path (vector body, scalar tail, CUDA) as the oracle's
+#   sequence of operations; the loops are memory-bound, FMA buys nothing.
+# -fno-math-errno: sqrtf without an errno branch, so the loops vectorize;
+#   results are unchanged.
+COMMON_CFLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off"]
+CUDA_CFLAGS = ["-O3", "--fmad=false", "-lineinfo"]
+
+
+def build_dir(name: str) -> Path:
+    root = os.environ.get("FUSED_BUILD_DIR") or Path.home() / ".cache" / "optimizer-oracle"
+    tag = f"torch{torch.__version__.replace('+', '_')}-py{sys.version_info.major}{sys.version_info.minor}"
+    path = Path(root) / tag / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@functools.cache
+def native_arch_flags() -> tuple[str, ...]:
+    """-march=native if this compiler accepts it here, else nothing.
+
+    JIT builds run on the machine that uses them, so native is safe when it
+    compiles; some compilers or emulated CPUs reject it.
+    """
+    compiler = os.environ.get("CXX", "c++")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.cpp"
+        src.write_text("int main() { return 0; }\n")
+        try:
+            done = subprocess.run([compiler, "-march=native", "-O2", "-c", str(src), "-o", str(Path(tmp) / "p.o")],
+                                  capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return ()
+    return ("-march=native",) if done.returncode == 0 else ()
+
+
+def _load(name: str, sources: list[str], **kwargs):
+    from torch.utils.cpp_extension import load
+
+    verbose = os.environ.get("FUSED_BUILD_VERBOSE", "") not in ("", "0")
+    return load(name=name, sources=[str(CSRC / s) for s in sources], extra_include_paths=[str(CSRC)],
+                build_directory=str(build_dir(name)), verbose=verbose, **kwargs)
+
+
+@functools.cache
+def cpu():
+    """The CPU extension module (built on first use)."""
+    cflags = [*COMMON_CFLAGS, *native_arch_flags(), "-fopenmp"]
+    return _load("fused_optim_cpu", CPU_SOURCES, extra_cflags=cflags, extra_ldflags=["-fopenmp"], with_cuda=False)
+
+
+@functools.cache
+def cuda():
+    """The CUDA extension module (built on first use; needs a CUDA torch and nvcc)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("fused: the CUDA extension needs torch with CUDA and a visible device")
+    return _load("fused_optim_cuda", CUDA_SOURCES, extra_cflags=COMMON_CFLAGS, extra_cuda_cflags=CUDA_CFLAGS,
+                 with_cuda=True)
+
+
+def for_device(device: torch.device):
+    if device.type == "cpu":
+        return cpu()
+    if device.type == "cuda":
+        return cuda()
+    raise RuntimeError(f"fused: no kernels for device type {device.type!r}")

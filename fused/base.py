@@ -1,0 +1,345 @@
+"""What every fused optimizer shares: checks, lazy state, counters, grad
+scaling, dtype buckets, and a load_state_dict that keeps fp32 state fp32.
+
+State schema (canonical, the oracle's names):
+    group["step"]            the counter, per GROUP: a Python int, or a 0-dim
+                             int64 tensor on the params' device when capturable.
+                             It advances on every step() for every group, empty
+                             groups and groups without grads included, and not
+                             at all when found_inf is set.
+    state[p]["master_param"] fp32 copy of an fp16/bf16 param (master_weights);
+                             the param is then the master rounded after each step.
+    state[p][<moments>]      exp_avg, exp_avg_sq (Adam, LAMB) or sum (Adagrad),
+                             in `moment_dtype` (float32 or bfloat16).
+State is created on a param's first step with a grad; construction and
+state_dict() before a step create nothing.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import _ext
+
+PARAM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MOMENT_DTYPES = (torch.float32, torch.bfloat16)
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def check_range(group: int, name: str, value, low=0.0, high=None, high_open=False) -> None:
+    """ValueError naming the group when a hyperparameter is NaN or out of range.
+    A device tensor (capturable lr) is not read: that would synchronize."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"group {group}: {name} must be a number or a 1-element tensor")
+        if value.device.type != "cpu":
+            return
+        value = value.item()
+    ok = isinstance(value, (int, float)) and not math.isnan(value) and value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        bound = f"[{low}, {high}{')' if high_open else ']'}" if high is not None else f">= {low}"
+        raise ValueError(f"group {group}: {name}={value!r} must be {bound}")
+
+
+def host_value(x):
+    """A Python number from a number or a 1-element tensor."""
+    return x.item() if isinstance(x, torch.Tensor) else x
+
+
+@dataclass
+class Scaling:
+    """Grad scaling for one step: grads are multiplied by inv_scale, and
+    found_inf skips the step. Device tensors only in capturable CUDA groups."""
+
+    inv_scale: float | torch.Tensor = 1.0
+    found_inf: bool | torch.Tensor = False
+
+    def for_group(self, on_device: bool) -> "Scaling":
+        if on_device:
+            return self
+        return Scaling(float(host_value(self.inv_scale)), bool(host_value(self.found_inf)))
+
+
+@dataclass
+class Bucket:
+    """The live params of one group that share a dtype, as kernel lists."""
+
+    grads: list
+    params: list  # what the math updates: fp32 masters, or the params themselves
+    models: list  # the fp16/bf16 params rewritten from masters; empty without masters
+    states: list
+    kinds: dict
+
+
+class FusedOptimizer(torch.optim.Optimizer):
+    """Base class; subclasses define `_check_hparams`, `_init_moments` and `_update`."""
+
+    def __init__(self, params, defaults: dict):
+        for key in ("maximize", "amsgrad", "differentiable", "foreach"):
+            if defaults.pop(key, False):
+                raise ValueError(f"{type(self).__name__} does not support {key}=True")
+        super().__init__(params, defaults)
+
+    # ------------------------------------------------------------ checks
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        index = len(self.param_groups) - 1
+        group = self.param_groups[index]
+        self._check_params(index, group)
+        self._check_common(index, group)
+        group.setdefault("step", 0)
+
+    def _check_params(self, gi: int, group: dict) -> None:
+        devices = {p.device for p in group["params"]}
+        if len(devices) > 1:
+            raise ValueError(f"group {gi}: params on several devices {sorted(map(str, devices))}; "
+                             "use one group per device")
+        for i, p in enumerate(group["params"]):
+            if p.is_complex():
+                raise ValueError(f"group {gi} param {i}: complex params are not supported")
+            if p.dtype not in PARAM_DTYPES:
+                raise ValueError(f"group {gi} param {i}: dtype {p.dtype} is not supported "
+                                 f"(float32, float16, bfloat16)")
+            if p.is_sparse:
+                raise ValueError(f"group {gi} param {i}: sparse params are not supported")
+
+    def _check_common(self, gi: int, group: dict) -> None:
+        for key in ("maximize", "amsgrad"):
+            if group.get(key, False):
+                raise ValueError(f"group {gi}: {type(self).__name__} does not support {key}=True")
+        if group["moment_dtype"] not in MOMENT_DTYPES:
+            raise ValueError(f"group {gi}: moment_dtype must be torch.float32 or torch.bfloat16, "
+                             f"got {group['moment_dtype']}")
+        self._check_hparams(gi, group)
+
+    def _check_hparams(self, gi: int, group: dict) -> None:
+        raise NotImplementedError
+
+    def _live_params(self, gi: int, group: dict) -> list[tuple[int, torch.Tensor]]:
+        """(index, param) of the params with a grad, after checking them."""
+        live = []
+        device = None
+        for i, p in enumerate(group["params"]):
+            g = p.grad
+            if g is None:
+                continue
+            where = f"group {gi} param {i}"
+            if g.is_sparse:
+                raise RuntimeError(f"{where}: sparse gradients are not supported")
+            if p.is_complex() or g.is_complex():
+                raise RuntimeError(f"{where}: complex params are not supported")
+            if g.dtype != p.dtype or g.shape != p.shape:
+                raise RuntimeError(f"{where}: grad {g.dtype}{tuple(g.shape)} does not match "
+                                   f"param {p.dtype}{tuple(p.shape)}")
+            if not p.is_contiguous():
+                raise RuntimeError(f"{where}: non-contiguous params are not supported")
+            device = device or p.device
+            if p.device != device or g.device != device:
+                raise RuntimeError(f"{where}: on {p.device} (grad {g.device}) while the group is on {device}")
+            live.append((i, p))
+        return live
+
+    # ------------------------------------------------------------ state
+
+    def _uses_master(self, group: dict, p: torch.Tensor) -> bool:
+        return group["master_weights"] and p.dtype in LOW_PRECISION
+
+    def _state_of(self, group: dict, p: torch.Tensor) -> dict:
+        state = self.state[p]
+        if not state:
+            if self._uses_master(group, p):
+                state["master_param"] = p.detach().to(torch.float32, copy=True)
+            self._init_moments(group, p, state)
+        return state
+
+    def _init_moments(self, group: dict, p: torch.Tensor, state: dict) -> None:
+        raise NotImplementedError
+
+    def _buckets(self, group: dict, live) -> list[Bucket]:
+        by_dtype: dict[torch.dtype, Bucket] = {}
+        for _, p in live:
+            master = self._uses_master(group, p)
+            b = by_dtype.setdefault(p.dtype, Bucket([], [], [], [], {"master": master}))
+            state = self._state_of(group, p)
+            b.grads.append(p.grad.contiguous())
+            b.params.append(state["master_param"] if master else p)
+            if master:
+                b.models.append(p)
+            b.states.append(state)
+        return list(by_dtype.values())
+
+    # ------------------------------------------------------------ counters
+
+    def _counter_device(self, group: dict, scaling: Scaling) -> torch.device:
+        if group["params"]:
+            return group["params"][0].device
+        if isinstance(scaling.found_inf, torch.Tensor):
+            return scaling.found_inf.device
+        return torch.device("cpu")
+
+    def _advance_counter(self, group: dict, scaling: Scaling) -> None:
+        """+1, or on the device +(not found_inf) when capturable."""
+        if group.get("capturable", False):
+            device = self._counter_device(group, scaling)
+            step = group["step"]
+            if not isinstance(step, torch.Tensor) or step.device != device:
+                step = group["step"] = torch.as_tensor(host_value(step), dtype=torch.int64, device=device)
+            if isinstance(scaling.found_inf, torch.Tensor):
+                step.add_((scaling.found_inf == 0).to(torch.int64))
+            else:
+                step.add_(1)
+        else:
+            group["step"] = int(host_value(group["step"])) + 1
+
+    def _normalize_counter(self, group: dict) -> None:
+        step = group.get("step", 0)
+        if group.get("capturable", False) and group["params"]:
+            group["step"] = torch.as_tensor(host_value(step), dtype=torch.int64,
+                                            device=group["params"][0].device).clone()
+        else:
+            group["step"] = int(host_value(step))
+
+    # ------------------------------------------------------------ step
+
+    def _scaling(self, inv_scale, found_inf) -> Scaling:
+        return Scaling(1.0 if inv_scale is None else inv_scale, False if found_inf is None else found_inf)
+
+    def _on_device(self, group: dict, scaling: Scaling) -> bool:
+        """Whether this group's counter and scalars live on a CUDA device."""
+        return bool(group.get("capturable", False)) and self._counter_device(group, scaling).type == "cuda"
+
+    def _device_scaling(self, scaling: Scaling) -> bool:
+        """Whether found_inf stays a device tensor (read inside the kernels)."""
+        return (isinstance(scaling.found_inf, torch.Tensor) and scaling.found_inf.device.type == "cuda"
+                and any(self._on_device(g, scaling) for g in self.param_groups))
+
+    @torch.no_grad()
+    def step(self, closure=None, *, inv_scale=None, found_inf=None):
+        """One step for every group.
+
+        inv_scale (float or tensor) multiplies every grad inside the kernels
+        (the caller's grads are not modified); found_inf (bool or tensor), when
+        set, skips the step entirely: params, masters, moments and counters
+        stay as they were. In capturable CUDA groups both may be device
+        tensors and are read on the device.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        scaling = self._scaling(inv_scale, found_inf)
+        if not self._device_scaling(scaling):
+            scaling = scaling.for_group(on_device=False)
+            if scaling.found_inf:
+                return loss
+        self._step_groups(scaling)
+        return loss
+
+    def _step_groups(self, scaling: Scaling) -> None:
+        for gi, group in enumerate(self.param_groups):
+            self._check_common(gi, group)
+            live = self._live_params(gi, group)
+            on_device = self._on_device(group, scaling)
+            group_scaling = scaling.for_group(on_device)
+            if not on_device and group_scaling.found_inf:
+                continue
+            self._advance_counter(group, group_scaling)
+            if not live:
+                continue
+            args = StepArgs.of(group, live[0][1].device, group_scaling, on_device)
+            for bucket in self._buckets(group, live):
+                self._update(group, bucket, args)
+
+    def _update(self, group: dict, bucket: Bucket, args: "StepArgs") -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ checkpoint
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's load, except that state tensors keep their dtype.
+
+        torch.optim.Optimizer casts floating state to the param's dtype,
+        which would round fp32 masters and moments of bf16/fp16 params; here
+        state is only moved to the param's device. Counters are restored
+        exactly; `capturable` stays this optimizer's setting (it describes how
+        this process steps, not the checkpoint).
+        """
+        capturable = [g.get("capturable", False) for g in self.param_groups]
+        saved_state = state_dict["state"]
+        super().load_state_dict({**state_dict, "state": {}})
+        params = [p for g in self.param_groups for p in g["params"]]
+        saved_ids = [pid for g in state_dict["param_groups"] for pid in g["params"]]
+        id_map = dict(zip(saved_ids, params))
+        for pid, entry in saved_state.items():
+            p = id_map[pid]
+            self.state[p] = {k: v.to(device=p.device, copy=True) if isinstance(v, torch.Tensor) else v
+                             for k, v in entry.items()}
+        for group, cap in zip(self.param_groups, capturable):
+            group["capturable"] = cap
+            self._normalize_counter(group)
+
+
+@dataclass
+class StepArgs:
+    """Per-step inputs of one kernel call. On the host path everything is a
+    Python number; in capturable CUDA groups step, lr, inv_scale and found_inf
+    are device tensors read by the kernels, so nothing synchronizes."""
+
+    step: int | torch.Tensor
+    lr: float | torch.Tensor
+    inv_scale: float | torch.Tensor
+    found_inf: bool | torch.Tensor
+    on_device: bool
+    device: torch.device
+
+    @classmethod
+    def of(cls, group: dict, device: torch.device, scaling: Scaling, on_device: bool) -> "StepArgs":
+        if on_device:
+            return cls(group["step"], group["lr"], scaling.inv_scale, scaling.found_inf, True, device)
+        return cls(int(host_value(group["step"])), float(host_value(group["lr"])), float(scaling.inv_scale),
+                   bool(scaling.found_inf), False, device)
+
+    def host(self) -> tuple:
+        """(step, lr, inv_scale) as numbers (placeholders when on the device)."""
+        if self.on_device:
+            number = lambda x, default: default if isinstance(x, torch.Tensor) else float(x)  # noqa: E731
+            return 0, number(self.lr, 0.0), number(self.inv_scale, 1.0)
+        return self.step, self.lr, self.inv_scale
+
+    def cuda_tail(self) -> tuple:
+        """The CUDA bindings' trailing arguments: device scalars and the stream."""
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        if not self.on_device:
+            return None, None, None, None, stream
+        as_dev = lambda x, dt: None if x is None else torch.as_tensor(x, dtype=dt, device=self.device)  # noqa: E731
+        lr = as_dev(self.lr, torch.float64) if isinstance(self.lr, torch.Tensor) else None
+        inv = as_dev(self.inv_scale, torch.float32) if isinstance(self.inv_scale, torch.Tensor) else None
+        found = as_dev(self.found_inf, torch.float32) if isinstance(self.found_inf, torch.Tensor) else None
+        return self.step, lr, inv, found, stream
+
+    def call(self, kernel_name: str, *args) -> None:
+        """Calls the kernel of this device's extension with `args`, plus the
+        CUDA tail on CUDA."""
+        tail = self.cuda_tail() if self.device.type == "cuda" else ()
+        call_kernel(self.device, kernel_name, *args, *tail)
+
+
+def call_kernel(device: torch.device, kernel_name: str, *args):
+    """Calls `kernel_name` of the extension for `device`; on CUDA with that
+    device current (the bindings launch on the current device and the stream
+    passed as the last argument)."""
+    ext = _ext.for_device(device)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            return getattr(ext, kernel_name)(*args)
+    return getattr(ext, kernel_name)(*args)
+
+
+def stream_arg(device: torch.device) -> tuple:
+    """() on the CPU; (the current stream's handle,) on CUDA."""
+    return (torch.cuda.current_stream(device).cuda_stream,) if device.type == "cuda" else ()

@@ -1,0 +1,42 @@
+"""The oracle conventions the fused optimizers implement, by name.
+
+The defaults of each class; a flag changes the convention as noted:
+FusedAdam(bias_correction=False) -> bias_correction=False; FusedLAMB(use_nvlamb=True)
+-> trust="always", FusedLAMB(adam_w_mode=False) -> decay="l2". `convention_of`
+returns the convention of a configured optimizer's group.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from oracle.adagrad import AdagradConvention
+from oracle.adam import AdamConvention
+from oracle.lamb import LambConvention
+
+CONVENTIONS = {
+    "adam": AdamConvention(decay="l2", eps_mode="outside", counter="group"),
+    "adamw": AdamConvention(decay="decoupled", eps_mode="outside", counter="group"),
+    "adagrad": AdagradConvention(decay="l2", counter="group"),
+    "adagrad_w": AdagradConvention(decay="decoupled", counter="group"),
+    "lamb": LambConvention(),  # apex FusedLAMB
+}
+
+
+def convention_of(optimizer, group: int = 0):
+    """(oracle optimizer name, convention) for one group of a fused optimizer."""
+    from .adagrad import FusedAdagrad
+    from .adam import FusedAdam
+    from .lamb import FusedLAMB
+
+    g = optimizer.param_groups[group]
+    if isinstance(optimizer, FusedAdam):
+        name = "adamw" if g["adam_w_mode"] else "adam"
+        return name, dataclasses.replace(CONVENTIONS[name], bias_correction=bool(g["bias_correction"]))
+    if isinstance(optimizer, FusedAdagrad):
+        return "adagrad", CONVENTIONS["adagrad_w" if g["adagrad_w_mode"] else "adagrad"]
+    if isinstance(optimizer, FusedLAMB):
+        conv = dataclasses.replace(CONVENTIONS["lamb"], decay="decoupled_update" if g["adam_w_mode"] else "l2",
+                                   trust="always" if g["use_nvlamb"] else "decay_only",
+                                   bias_correction="moments" if g["bias_correction"] else "none")
+        return "lamb", conv
+    raise TypeError(f"not a fused optimizer: {type(optimizer).__name__}")

@@ -1,0 +1,86 @@
+"""FusedLAMB with apex FusedLAMB semantics (oracle/lamb.py APEX_LAMB), in the
+oracle's stages so that a mismatch can be pinned to one:
+
+  1. clip     G = ||all grads of all groups * inv_scale||; every grad is divided by
+              G/max_grad_norm when G > max_grad_norm (max_grad_norm: the constructor's)
+  2-3. moments and update, one kernel per dtype and group:
+              g <- g + wd*p (adam_w_mode=False);  m <- b1*m + b3*g, b3 = 1-b1 with
+              grad_averaging else 1;  v <- b2*v + (1-b2)*g^2
+              u <- (m/bc1)/(sqrt(v/bc2) + eps) (+ wd*p when adam_w_mode)
+  4. norms    ||p|| and ||u|| per tensor; ratio ||p||/||u||, 1 when either is 0,
+              used only when wd != 0 unless use_nvlamb
+  5. apply    p <- p - lr * ratio * u
+
+u lives in a temporary fp32 buffer per tensor; the caller's grads are only read.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Bucket, FusedOptimizer, Scaling, call_kernel, check_range, stream_arg
+
+
+class FusedLAMB(FusedOptimizer):
+    def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
+                 amsgrad=False, adam_w_mode=True, grad_averaging=True, max_grad_norm=1.0, use_nvlamb=False, *,
+                 master_weights=True, moment_dtype=torch.float32):
+        defaults = dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps, weight_decay=weight_decay,
+                        amsgrad=amsgrad, adam_w_mode=adam_w_mode, grad_averaging=grad_averaging,
+                        max_grad_norm=max_grad_norm, use_nvlamb=use_nvlamb, master_weights=master_weights,
+                        moment_dtype=moment_dtype)
+        super().__init__(params, defaults)
+
+    def _check_hparams(self, gi: int, group: dict) -> None:
+        for name in ("lr", "eps", "weight_decay", "max_grad_norm"):
+            check_range(gi, name, group[name])
+        for k, b in enumerate(group["betas"]):
+            check_range(gi, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
+
+    def _init_moments(self, group: dict, p: torch.Tensor, state: dict) -> None:
+        for key in ("exp_avg", "exp_avg_sq"):
+            state[key] = torch.zeros_like(p, dtype=group["moment_dtype"], memory_format=torch.contiguous_format)
+
+    def _step_groups(self, scaling: Scaling) -> None:
+        scaling = scaling.for_group(on_device=False)
+        lives = []
+        for gi, group in enumerate(self.param_groups):
+            self._check_common(gi, group)
+            lives.append(self._live_params(gi, group))
+        grad_sumsq = self._grad_sumsq([p.grad for live in lives for _, p in live], scaling.inv_scale)
+        for group, live in zip(self.param_groups, lives):
+            self._advance_counter(group, scaling)
+            for bucket in self._buckets(group, live):
+                self._update_bucket(group, bucket, grad_sumsq, scaling.inv_scale)
+
+    def _grad_sumsq(self, grads: list, inv_scale: float) -> torch.Tensor | None:
+        """Stage 1: sum of squares of all unscaled grads, a float64 scalar tensor."""
+        if not grads:
+            return None
+        by_kind: dict = {}
+        for g in grads:
+            by_kind.setdefault((g.device, g.dtype), []).append(g.contiguous())
+        device = grads[0].device
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        for (dev, _), tensors in by_kind.items():
+            total += sumsq(dev, tensors, inv_scale).sum().to(device)
+        return total
+
+    def _update_bucket(self, group: dict, b: Bucket, grad_sumsq: torch.Tensor, inv_scale: float) -> None:
+        device = b.params[0].device
+        updates = [torch.empty_like(p, dtype=torch.float32) for p in b.params]
+        beta1, beta2 = group["betas"]
+        call_kernel(device, "lamb_update", b.grads, b.params, [s["exp_avg"] for s in b.states],
+                    [s["exp_avg_sq"] for s in b.states], updates, grad_sumsq.to(device),
+                    float(self.defaults["max_grad_norm"]), float(beta1), float(beta2), float(group["eps"]),
+                    float(group["weight_decay"]), bool(group["grad_averaging"]), bool(group["bias_correction"]),
+                    bool(group["adam_w_mode"]), int(group["step"]), float(inv_scale), b.kinds["master"],
+                    *stream_arg(device))
+        p_sumsq = sumsq(device, b.params, 1.0)
+        u_sumsq = sumsq(device, updates, 1.0)
+        call_kernel(device, "lamb_apply", updates, b.params, b.models, p_sumsq, u_sumsq, float(group["lr"]),
+                    float(group["weight_decay"]), bool(group["use_nvlamb"]), *stream_arg(device))
+
+
+def sumsq(device: torch.device, tensors: list, scale: float) -> torch.Tensor:
+    """Per-tensor sums of squares of tensors * scale (one dtype), float64."""
+    return call_kernel(device, "sumsq", tensors, float(scale), *stream_arg(device))

@@ -1,0 +1,202 @@
+"""Worker process of the rank_skew scenario (harness.scenarios.run_rank_skew).
+
+    python -m harness.dist_scenario JOB.pkl     with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set
+
+Global model, W ranks: decay tensors D_0..D_{W-1} (group 0), norm weights
+N_0..N_{W/2-1} (group 1, no decay). Phase 1 (K steps): rank r owns D_r and,
+on even ranks, N_{r/2}; odd ranks hold an empty group 1. Every rank saves
+its optimizer shard. Phase 2 (E steps): rank r takes over the shard of
+rank src = (r+1) % W (its param_groups with their counters, D_src and its
+state) and keeps its own norm weights with their state: an even rank's
+populated group 1 gets its counter from an odd rank's empty group 1.
+
+Checked on every rank: oracle lockstep (values and counters) in both phases,
+every saved group's counter (per-group convention: present, never None,
+equal to K), and the resumed run against an uninterrupted run of the same
+layout, bit for bit. Results go to <out>/rank<r>.pkl as {check: CheckResult}.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .checks import CheckResult, Finding, compare_exact
+from .scenarios import Lockstep, compare_bits, grad_values, state_bits, tensor, values
+
+
+def find_target(spec: str, optimizer: str, convention):
+    from dataclasses import replace
+
+    from .targets import builtin_targets, load_impl
+    if spec.startswith("impl:"):
+        return load_impl(spec[5:], optimizer=optimizer, convention=convention)
+    target = next(t for t in builtin_targets() if t.name == spec)
+    return replace(target, convention=convention)
+
+
+def layout(world: int, rank: int, phase: int):
+    """(decay tensor names, norm tensor names) this rank holds in a phase."""
+    decay = [f"D{rank if phase == 1 else (rank + 1) % world}"]
+    norm = [f"N{rank // 2}"] if rank % 2 == 0 else []
+    return decay, norm
+
+
+SHAPES = {"D": (4, 3), "N": (3,)}
+
+
+def make(seed, names, device):
+    return [tensor(values(seed, SHAPES[n[0]], "float32", 1.0, "rank_skew", n), "float32", device) for n in names]
+
+
+def grads_for(seed, names, k):
+    return [grad_values(seed, ("rank_skew", n), k, SHAPES[n[0]], "float32") for n in names]
+
+
+def set_grads(groups, names, seed, k):
+    grads = [grads_for(seed, ns, k) for ns in names]
+    for ps, gs in zip(groups, grads):
+        for p, g in zip(ps, gs):
+            p.grad = torch.tensor(g, dtype=p.dtype, device=p.device)
+    return grads
+
+
+def counters_of(sd) -> list:
+    """Per group: the group counter, or the per-param counters, as saved."""
+    out = []
+    for group in sd["param_groups"]:
+        if "step" in group:
+            out.append(_plain(group["step"]))
+        else:
+            out.append([_plain(sd["state"].get(i, {}).get("step")) for i in group["params"]])
+    return out
+
+
+def _plain(v):
+    from .readback import counter_value
+    return counter_value(v) if isinstance(v, (torch.Tensor, int, float)) else v
+
+
+def forked(job: dict, rank: int, world: int, target, env: dict) -> None:
+    """Entry point of a forked worker (CPU): the target object is inherited."""
+    import traceback
+    os.environ.update({**env, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+    code = 0
+    try:
+        torch.set_num_threads(1)
+        run_rank(job, rank, world, target)
+    except BaseException:  # noqa: BLE001 - reported through the log and the exit code
+        with open(os.path.join(job["out"], f"rank{rank}.log"), "a") as fh:
+            fh.write(traceback.format_exc())
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main(job_path: str) -> None:
+    """Entry point of a spawned worker: the target is reconstructed by name."""
+    with open(job_path, "rb") as fh:
+        job = pickle.load(fh)
+    run_rank(job, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+
+
+def run_rank(job: dict, rank: int, world: int, target=None) -> None:
+    device = job["device"]
+    if device.startswith("cuda"):
+        device = f"cuda:{rank % torch.cuda.device_count()}"
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.startswith("cuda") and torch.cuda.device_count() >= world else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    if target is None:
+        target = find_target(job["spec"], job["optimizer"], job["convention"])
+    seed, hp, (K, E) = job["seed"], job["hparams"], job["steps"]
+    checks = {n: CheckResult(n) for n in ("lockstep", "counters", "checkpoint", "resume")}
+    per_group = target.convention.counter == "group"
+    label = f"rank {rank} "
+
+    # phase 1
+    names = layout(world, rank, 1)
+    params = [make(seed, ns, device) for ns in names]
+    opt = target.make([{"params": ps, **h} for ps, h in zip(params, hp)], {})
+    ls = Lockstep(target, opt, hp, checks["lockstep"], checks["counters"], label)
+    for k in range(1, K + 1):
+        grads = set_grads(params, names, seed, k)
+        ls.step(k, grads)
+    sd = opt.state_dict()
+    for g, group in enumerate(sd["param_groups"]):
+        if per_group:
+            got = _plain(group.get("step"))
+            compare_exact(checks["checkpoint"], K, f"{label}group {g} step ({'empty' if not group['params'] else 'populated'})",
+                          K, got, "counter missing from the saved shard (null)" if got is None else "")
+        else:
+            for i in group["params"]:
+                compare_exact(checks["checkpoint"], K, f"{label}group {g} param {i} step", K,
+                              _plain(sd["state"].get(i, {}).get("step")))
+    torch.save({"opt": sd, "names": names, "params": [[p.detach().cpu().clone() for p in ps] for ps in params]},
+               os.path.join(job["out"], f"shard{rank}.pt"))
+    table = [None] * world
+    dist.all_gather_object(table, counters_of(sd))
+    dist.barrier()
+
+    # phase 2: rank r loads the optimizer shard of rank r+1
+    src = (rank + 1) % world
+    theirs = torch.load(os.path.join(job["out"], f"shard{src}.pt"), weights_only=True, map_location=device)
+    mine = torch.load(os.path.join(job["out"], f"shard{rank}.pt"), weights_only=True, map_location=device)
+    names = layout(world, rank, 2)
+
+    def lookup(ckpt, name):
+        flat = [n for ns in ckpt["names"] for n in ns]
+        ids = [i for g in ckpt["opt"]["param_groups"] for i in g["params"]]
+        j = flat.index(name)
+        value = [p for ps in ckpt["params"] for p in ps][j]
+        return value, ckpt["opt"]["state"].get(ids[j], {})
+
+    merged = {"state": {}, "param_groups": []}
+    params, idx = [], 0
+    for g, ns in enumerate(names):
+        row, ids = [], []
+        for n in ns:
+            value, st = lookup(theirs if n.startswith("D") else mine, n)
+            row.append(value.to(device).clone().requires_grad_())
+            if st:
+                merged["state"][idx] = copy.deepcopy(st)
+            ids.append(idx)
+            idx += 1
+        params.append(row)
+        merged["param_groups"].append({**copy.deepcopy(theirs["opt"]["param_groups"][g]), "params": ids})
+    opt = target.make([{"params": ps, **h} for ps, h in zip(params, hp)], {})
+    opt.load_state_dict(merged)
+    ls = Lockstep(target, opt, hp, checks["lockstep"], checks["counters"], label + "(resumed) ")
+    ls.set_counters(K)
+    for k in range(K + 1, K + E + 1):
+        grads = set_grads(params, names, seed, k)
+        ls.step(k, grads)
+
+    # the uninterrupted run of the phase-2 layout
+    ref_params = [make(seed, ns, device) for ns in names]
+    ref = target.make([{"params": ps, **h} for ps, h in zip(ref_params, hp)], {})
+    for k in range(1, K + E + 1):
+        set_grads(ref_params, names, seed, k)
+        ref.step()
+    compare_bits(checks["resume"], K + E, {f"{label}{k}": v for k, v in state_bits(ref).items()},
+                 {f"{label}{k}": v for k, v in state_bits(opt).items()},
+                 f"resumed from rank {src}'s shard at step {K}; compared with the uninterrupted run")
+    final = [None] * world
+    dist.all_gather_object(final, counters_of(opt.state_dict()))
+    if rank == 0:
+        checks["checkpoint"].note = f"saved counters per rank at step {K}: {table}; after resume: {final}"
+    with open(os.path.join(job["out"], f"rank{rank}.pkl"), "wb") as fh:
+        pickle.dump(checks, fh)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,124 @@
+"""Run cases in a worker process, so a target that segfaults or hangs costs
+one error row, not the sweep.
+
+One worker (started with "spawn": no forked OpenMP or CUDA state) runs the
+cases one at a time. If it dies, the current case is recorded as an error
+with the signal, and a fresh worker takes the remaining cases; if a case
+outlives its time limit the worker is killed the same way.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+
+from .run import CaseResult
+
+STARTUP_TIMEOUT = 120.0  # importing torch on a busy 2-core machine
+
+
+def resolve_target(name: str, optimizer: str):
+    """Rebuild a target from its name inside the worker (targets hold
+    closures and do not pickle)."""
+    from . import targets as T
+    if name.startswith("impl:"):
+        return T.load_impl(name[5:], optimizer=optimizer)
+    from .cli import every_target
+    for target in every_target():
+        if target.name == name:
+            return target
+    raise LookupError(f"no target named {name!r}")
+
+
+def _worker(conn) -> None:
+    from . import cases as C
+    from .run import run_case
+    conn.send("ready")  # imports done: the case time limit starts from here
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        name, optimizer, case_name, seed, steps, device = job
+        try:
+            result = run_case(resolve_target(name, optimizer), C.find_case(case_name, steps), seed, device)
+        except Exception as exc:  # noqa: BLE001 - reported as the case's error row
+            result = error_result(name, optimizer, case_name, seed, steps, f"{type(exc).__name__}: {exc}")
+        conn.send(result)
+
+
+def error_result(target, optimizer, case_name, seed, steps, reason) -> CaseResult:
+    from . import cases as C
+    from .checks import CheckResult
+    try:
+        case = C.find_case(case_name, steps)
+        dtype, hparams = case.dtype, case.group_hparams()
+    except ValueError:
+        dtype, hparams = "", []
+    r = CaseResult(target, case_name, optimizer, dtype, hparams, seed, steps, status="error", reason=reason)
+    r.checks = {"error": CheckResult("error", passed=False, note=reason)}
+    return r
+
+
+class Worker:
+    def __init__(self):
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+        if not self.conn.poll(STARTUP_TIMEOUT) or self.conn.recv() != "ready":
+            self.kill()
+            raise RuntimeError(f"worker process did not start within {STARTUP_TIMEOUT} s")
+
+    def run(self, job, timeout: float) -> CaseResult | str:
+        """The job's result, or a string saying why there is none."""
+        self.conn.send(job)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.conn.poll(0.05):
+                try:
+                    return self.conn.recv()
+                except EOFError:  # the worker is going down: wait for its exit status
+                    self.proc.join(10)
+                    break
+            if not self.proc.is_alive():
+                break
+        if self.proc.is_alive():
+            self.kill()
+            return f"timed out after {timeout:g} s (worker killed)"
+        code = self.proc.exitcode
+        if code is not None and code < 0:
+            return f"worker died with signal {signal.Signals(-code).name}"
+        return f"worker exited with status {code}"
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join(5)
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self.conn.send(None)
+                self.proc.join(5)
+            except (BrokenPipeError, OSError):
+                pass
+        if self.proc.is_alive():
+            self.kill()
+
+
+def run_isolated(work, device: str, timeout: float, progress=None):
+    """Yield a CaseResult per (target, case, seed), in order."""
+    worker = None
+    try:
+        for target, case, seed in work:
+            if worker is None:
+                worker = Worker()
+            job = (target.name, target.optimizer, case.name, seed, case.steps, device)
+            out = worker.run(job, timeout)
+            if isinstance(out, str):
+                worker = None
+                out = error_result(target.name, target.optimizer, case.name, seed, case.steps, out)
+            yield out
+    finally:
+        if worker is not None:
+            worker.close()

@@ -1,0 +1,31 @@
+"""Targets that take their process down, for the isolation tests."""
+import ctypes
+
+from tests.broken.adamw import CorrectAdamW
+
+
+class SegfaultAdamW(CorrectAdamW):
+    """Native crash mid-step, as a bad kernel would."""
+
+    def step(self, closure=None):
+        ctypes.string_at(0)
+
+
+class HangingAdamW(CorrectAdamW):
+    """Never returns from step()."""
+
+    def step(self, closure=None):
+        while True:
+            pass
+
+
+class RaisingAdamW(CorrectAdamW):
+    """Raises on the third step."""
+
+    calls = 0
+
+    def step(self, closure=None):
+        self.calls += 1
+        if self.calls == 3:
+            raise RuntimeError("kernel launch failed")
+        return super().step(closure)
