@@ -9,6 +9,7 @@ import fnmatch
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 OPTIMIZERS = ("adam", "adamw", "adagrad", "lamb")
@@ -36,6 +37,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=20, help="steps per case (default 20)")
     p.add_argument("--seed", type=int, action="append", help="input seed (repeatable; default 0)")
     p.add_argument("--case", metavar="PATTERN", help="only cases whose name matches this glob or substring")
+    p.add_argument("--scenario", action="append", metavar="NAME",
+                   help="scenarios to run (repeatable): rank_skew, construction, checkpoint, grad_scaling, "
+                        "irregular, long_horizon, inputs_unchanged, all, or none. Default: all of them after the "
+                        "case matrix; naming scenarios runs only those (add --case to keep matrix cases)")
     p.add_argument("--list", action="store_true", help="list the selected targets and cases, run nothing")
     p.add_argument("--report-dir", default=os.path.join("reports", "latest"),
                    help="where report.md and report.json go (default reports/latest)")
@@ -96,17 +101,45 @@ def parse(argv):
     return args, optimizers
 
 
+@dataclass(frozen=True)
+class ScenarioJob:
+    """A scenario in the work list, shaped like a case (name, steps)."""
+
+    scenario: str
+    steps: int
+
+    @property
+    def name(self) -> str:
+        return f"scenario:{self.scenario}"
+
+
+def scenario_names(args) -> tuple[list[str], bool]:
+    """(scenarios to run, whether the case matrix runs too)."""
+    from .scenarios import SCENARIOS
+    chosen = args.scenario or ["all"]
+    if chosen == ["none"]:
+        return [], True
+    if "all" in chosen:
+        return list(SCENARIOS), True
+    unknown = [n for n in chosen if n not in SCENARIOS]
+    if unknown:
+        raise UsageError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)}, all or none")
+    return chosen, bool(args.case)
+
+
 def plan(args, optimizers):
     from oracle.storage import canonical
     from . import cases as C
     dtypes = tuple(canonical(d) for d in args.dtype) if args.dtype else C.DTYPES
     targets = select_targets(args, optimizers)
+    scenarios, matrix = scenario_names(args)
     work = []
     for target in targets:
         for seed in args.seed or [0]:
-            for case in C.cases(target.optimizer, dtypes, args.steps, args.case):
-                work.append((target, case, seed))
-    if args.case and not work:
+            if matrix:
+                work += [(target, case, seed) for case in C.cases(target.optimizer, dtypes, args.steps, args.case)]
+            work += [(target, ScenarioJob(name, args.steps), seed) for name in scenarios]
+    if args.case and not any(isinstance(c, C.Case) for _, c, _ in work):
         raise UsageError(f"no case matches {args.case!r}")
     return targets, work
 
@@ -116,8 +149,8 @@ def execute(work, args):
     if args.isolate:
         from .isolate import run_isolated
         return run_isolated(work, args.device, args.timeout)
-    from .run import run_case
-    return (run_case(target, case, seed, args.device) for target, case, seed in work)
+    from .isolate import run_job
+    return (run_job(target, case.name, seed, case.steps, args.device) for target, case, seed in work)
 
 
 def main(argv=None) -> int:

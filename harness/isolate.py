@@ -30,17 +30,29 @@ def resolve_target(name: str, optimizer: str):
     raise LookupError(f"no target named {name!r}")
 
 
-def _worker(conn) -> None:
+SCENARIO_PREFIX = "scenario:"
+
+
+def run_job(target, case_name: str, seed: int, steps: int, device: str) -> CaseResult:
+    """One matrix case (by name) or one scenario ("scenario:NAME")."""
+    if case_name.startswith(SCENARIO_PREFIX):
+        from .scenarios import SCENARIOS
+        return SCENARIOS[case_name[len(SCENARIO_PREFIX):]].run(target, device, seed)
     from . import cases as C
     from .run import run_case
-    conn.send("ready")  # imports done: the case time limit starts from here
+    return run_case(target, C.find_case(case_name, steps), seed, device)
+
+
+def _worker(conn) -> None:
+    from . import run, scenarios  # noqa: F401 - imported before "ready" so limits time the work only
+    conn.send("ready")
     while True:
         job = conn.recv()
         if job is None:
             return
         name, optimizer, case_name, seed, steps, device = job
         try:
-            result = run_case(resolve_target(name, optimizer), C.find_case(case_name, steps), seed, device)
+            result = run_job(resolve_target(name, optimizer), case_name, seed, steps, device)
         except Exception as exc:  # noqa: BLE001 - reported as the case's error row
             result = error_result(name, optimizer, case_name, seed, steps, f"{type(exc).__name__}: {exc}")
         conn.send(result)
@@ -63,7 +75,8 @@ class Worker:
     def __init__(self):
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        # not a daemon: scenarios (rank_skew) start processes of their own; close() ends it
+        self.proc = ctx.Process(target=_worker, args=(child,), daemon=False)
         self.proc.start()
         child.close()
         if not self.conn.poll(STARTUP_TIMEOUT) or self.conn.recv() != "ready":

@@ -27,8 +27,12 @@ SCHEMA = "optimizer-oracle-report/1"
 def repro_command(result, device: str = "cpu") -> str:
     target = result.target
     sel = f"--impl {shlex.quote(target[5:])}" if target.startswith("impl:") else f"--target {shlex.quote(target)}"
-    return (f"python -m oracle.compare {sel} --optimizer {result.optimizer} --case {shlex.quote(result.case)} "
-            f"--seed {result.seed} --steps {result.steps} --device {device}")
+    if result.case.startswith("scenario:"):
+        name = result.case.split(":", 1)[1].split("/")[0]
+        what = f"--scenario {name}"
+    else:
+        what = f"--case {shlex.quote(result.case)} --steps {result.steps} --scenario none"
+    return f"python -m oracle.compare {sel} --optimizer {result.optimizer} {what} --seed {result.seed} --device {device}"
 
 
 def _num(x):
@@ -59,7 +63,7 @@ def summarize(results) -> list[dict]:
     """One row per target x optimizer x dtype."""
     groups = defaultdict(list)
     for r in results:
-        groups[(r.target, r.optimizer, r.dtype)].append(r)
+        groups[(r.target, r.optimizer, r.dtype if not r.case.startswith("scenario:") else "scenarios")].append(r)
     rows = []
     for (target, opt, dtype), rs in groups.items():
         count = lambda s: sum(r.status == s for r in rs)  # noqa: E731
@@ -127,6 +131,10 @@ def markdown(results, rows, meta: dict, device: str) -> str:
                           f"`{repro_command(r, device)}`"])
         out.append(tabulate(table, ["target", "case", "check", "step", "tensor", "index", "expected", "got",
                                     "error (ULP)", "bound (ULP)", "detail", "reproduce"], tablefmt="github"))
+    noted = [r for r in results if r.status in ("pass", "fail") and r.reason]
+    if noted:
+        out += ["", "## Notes (declared deviations and known defects)", ""]
+        out += [f"- **{r.target}** `{r.case}` ({r.status}): {r.reason}" for r in noted]
     errors = [r for r in results if r.status == "error"]
     if errors:
         out += ["", "## Errors (the target raised or crashed; other cases went on)", ""]

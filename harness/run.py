@@ -217,11 +217,10 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
     params = make_params(case, seed, device)
     opt = build(target, case, params)
     tracked = OptState.empty(params)
-    first = target.read(opt)
-    traj_params = [[Bounded(p, None, u) for p in group] for group in math_params(first)]
+    # The trajectory starts from the oracle's own initial state (Adagrad's
+    # accumulator = the group's initial_accumulator_value), not the target's.
+    traj_params = [[Bounded(p, None, u) for p in group] for group in C.initial_params(case, seed)]
     traj_state = OptState.empty(params)
-    traj_state.params = [[{k: Bounded(v, None, u) for k, v in st.items() if k != "master_param"} for st in sts]
-                         for sts in first.state]  # eager state (torch Adagrad's sum) is part of the start
     touched = [[False] * len(group) for group in params]
     for k in range(1, case.steps + EXTRA_STEPS + 1):
         grads = C.grads_at(case, seed, k)

@@ -174,8 +174,12 @@ def load_impl(spec: str, optimizer: str | None = None, convention=None) -> Targe
         options = {o for o in TORCH_OPTIONS.get(opt, ()) if o in params}
     return Target(name=f"impl:{spec}", optimizer=opt, make=lambda groups, defaults: obj(groups, **defaults),
                   convention=conv, devices=tuple(getattr(obj, "ORACLE_DEVICES", ("cpu", "cuda"))),
+                  dtypes=tuple(getattr(obj, "ORACLE_DTYPES", ("float32", "bfloat16", "float16"))),
                   compute=getattr(obj, "ORACLE_COMPUTE", "float32"),
                   masters=getattr(obj, "ORACLE_MASTERS", False), options=frozenset(options),
+                  state_dtype=getattr(obj, "ORACLE_STATE_DTYPE", "param"),
+                  # ORACLE_SCALING: step() takes inv_scale= and found_inf= keywords
+                  scaling=_fused_scaled_step if getattr(obj, "ORACLE_SCALING", False) else None,
                   notes=f"user optimizer {spec}")
 
 

@@ -7,7 +7,7 @@ from harness.cli import main
 
 
 def run(tmp_path, *args):
-    code = main([*args, "--report-dir", str(tmp_path), "--quiet"])
+    code = main([*args, "--report-dir", str(tmp_path), "--quiet", *([] if "--scenario" in args else ["--scenario", "none"])])
     doc = json.loads((tmp_path / "report.json").read_text()) if (tmp_path / "report.json").exists() else None
     return code, doc
 
