@@ -44,6 +44,8 @@ def run_job(target, case_name: str, seed: int, steps: int, device: str) -> CaseR
 
 
 def _worker(conn) -> None:
+    # Ctrl-C belongs to the parent: it writes the partial report and ends this worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from . import run, scenarios  # noqa: F401 - imported before "ready" so limits time the work only
     conn.send("ready")
     while True:
