@@ -57,7 +57,7 @@ ops/csrc/adagrad/cpu_adagrad.cpp)
             (cpu_adagrad.h:103-110, scalar tail cpu_adagrad.cpp:41-47): the
             numerator uses the DECAYED grad, i.e. torch's L2 form  -> decay="l2"
             (contradicts "numerator uses the raw g" in the shared conventions
-            table and oracle.adagrad.DEEPSPEED_ADAGRAD; confirmed by experiment)
+            table, which oracle.adagrad keeps as decay="accumulator"; confirmed by experiment)
   eps       sqrt(v) + eps                                           -> eps_mode="outside"
   options   none: no lr_decay, initial_accumulator_value or maximize.
   caveat    the scalar tail (elements after the last full SIMD block) writes
@@ -86,7 +86,7 @@ import platform
 import sys
 import time
 
-from oracle.adagrad import AdagradConvention
+from oracle.adagrad import DEEPSPEED_ADAGRAD
 from oracle.adam import AdamConvention
 
 from .targets import Target
@@ -97,7 +97,7 @@ DS_CPU_ADAMW = AdamConvention(decay="decoupled", eps_mode="outside", bias_correc
                               fp32_hparams=True)
 DS_CPU_ADAM = AdamConvention(decay="l2", eps_mode="outside", bias_correction=True, counter="param",
                              fp32_hparams=True)
-DS_CPU_ADAGRAD = AdagradConvention(decay="l2", eps_mode="outside", counter="param", fp32_hparams=True)
+DS_CPU_ADAGRAD = DEEPSPEED_ADAGRAD
 
 OPS = ("cpu_adam", "cpu_adagrad", "fused_adam")
 _BUILDERS = {"cpu_adam": "CPUAdamBuilder", "cpu_adagrad": "CPUAdagradBuilder", "fused_adam": "FusedAdamBuilder"}

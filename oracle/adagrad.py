@@ -7,8 +7,11 @@ order (Duchi et al. 2011; torch.optim.Adagrad's order of operations):
     g   <- g + wd*p                            decay="l2"       (torch)
     clr <- lr / (1 + (t-1)*lr_decay)
     h   <- h + g^2                             h starts at initial_accumulator_value
-           h + (g + wd*p)^2                    decay="accumulator" (DeepSpeed CPU Adagrad:
-                                               the decay enters the accumulator only)
+           h + (g + wd*p)^2                    decay="accumulator" (the decay enters the
+                                               accumulator only, as DeepSpeedCPUAdagrad was
+                                               read in shared/reference/conventions.md; its
+                                               0.19.8 kernel is in fact "l2", see
+                                               harness/deepspeed_targets.py)
     std <- sqrt(h) + eps                       eps_mode="outside"  (torch, apex, DeepSpeed)
            sqrt(h + eps)                       eps_mode="inside"   (optax: rsqrt(h + eps))
     p   <- p - clr * g/std                     decay "l2" and "accumulator" (raw g in the numerator)
@@ -49,7 +52,9 @@ class AdagradConvention:
 
 TORCH_ADAGRAD = AdagradConvention()
 OPTAX_ADAGRAD = AdagradConvention(eps_mode="inside")
-DEEPSPEED_ADAGRAD = AdagradConvention(decay="accumulator")
+ACCUMULATOR_DECAY_ADAGRAD = AdagradConvention(decay="accumulator")
+# DeepSpeedCPUAdagrad 0.19.8 as measured: torch's L2 form, hyperparameters held as float32.
+DEEPSPEED_ADAGRAD = AdagradConvention(decay="l2", fp32_hparams=True)
 
 DEFAULTS = {"lr": 1e-2, "lr_decay": 0.0, "weight_decay": 0.0, "initial_accumulator_value": 0.0,
             "eps": 1e-10, "maximize": False}
