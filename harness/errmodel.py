@@ -77,15 +77,18 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
 
 
 def _add(s, a, b):
-    return s._round(a.v + b.v, a.e + b.e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return s._round(a.v + b.v, a.e + b.e)
 
 
 def _sub(s, a, b):
-    return s._round(a.v - b.v, a.e + b.e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return s._round(a.v - b.v, a.e + b.e)
 
 
 def _mul(s, a, b):
-    return s._round(a.v * b.v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 in a bound is an unbounded element
+        return s._round(a.v * b.v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e)
 
 
 def _div(s, a, b):
