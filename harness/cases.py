@@ -30,11 +30,6 @@ LAYOUTS = {
     "grad_none": {"groups": [[(8, 8), (6,)]], "grad_none": {(0, 1): (1, 2, 5)}},
     "scalar": {"groups": [[(), (4,)]]},
     "many_shapes": {"groups": [[(3, 5, 7), (1,), (64,)], [(2, 1, 3)]]},
-    # zero-numel tensors first, in the middle and last. Group 0 ends a launch that is not
-    # full, holding a real tensor and a zero-numel one, for any launcher packing >= 3 tensors
-    # per launch (TE #3207 dropped such a launch); "zero_numel_last" misses 3-tensor launches
-    # (its 3 tensors fill one exactly).
-    "zero_numel_slots": {"groups": [[(8, 8), (0,)], [(0,), (6,), (0, 3), (3, 2), (0,)]]},
 }
 
 
@@ -140,8 +135,7 @@ PLAN = {
              ("wd0.1", "empty_group", "large_decay"), ("wd0.1", "rank_skew", "small_params"),
              ("amsgrad", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
              ("wd0.1", "scalar", "lr0"), ("betas", "many_shapes", "tiny_grads"),
-             ("amsgrad", "grad_none", "large_decay"), ("wd0.1", "zero_numel_slots", "normal"),
-             ("wd0", "two_groups", "lr0_zero_grads")],
+             ("amsgrad", "grad_none", "large_decay"), ("wd0", "scalar", "lr0_zero_grads")],
     "adagrad": [("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
                 ("wd0.1", "empty_group", "large_decay"), ("lr_decay", "rank_skew", "small_params"),
                 ("init_acc", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),

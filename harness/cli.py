@@ -75,14 +75,13 @@ def select_targets(args, optimizers):
 
 
 def every_target():
-    """Built-in targets plus third-party ones (each skips itself when its library is missing)."""
+    """Built-in targets plus third-party ones (each skips itself, with the reason, when its
+    library or device is missing; listing them imports none of those libraries)."""
     from . import targets as T
-    out = T.builtin_targets()
-    try:
-        from .deepspeed_targets import deepspeed_targets
-    except ImportError:
-        return out
-    return out + deepspeed_targets()
+    from .deepspeed_targets import deepspeed_targets
+    from .extra_targets import extra_targets
+    from .gpu_targets import gpu_targets
+    return T.builtin_targets() + deepspeed_targets() + extra_targets() + gpu_targets()
 
 
 def parse(argv):

@@ -433,7 +433,10 @@ def launch_ranks(spec, target, device, seed, world, timeout, spawn=False):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
                "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1",
                "PYTHONPATH": os.pathsep.join([root, os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        if not spawn and "fork" in __import__("multiprocessing").get_all_start_methods():
+        # A forked child inherits an initialized default process group (e.g. one
+        # DeepSpeed set up in this process) and could not start its own.
+        inherited = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if not spawn and not inherited and "fork" in __import__("multiprocessing").get_all_start_methods():
             return _fork_ranks(job, target, world, env, tmp, timeout)
         procs = []
         for rank in range(world):
@@ -883,8 +886,10 @@ def run_grad_scaling(target, device="cpu", seed=0):
     inv_scale is applied exactly once."""
     t0 = time.perf_counter()
     hp = [{**HPARAMS.get(target.optimizer, {}), "eps": 1e-3}]  # |g| ~ eps: the grad's scale shows in the update
-    steps = [(1, True), (2, False), (3, False), (4, True), (5, False)]
-    result = new_result(target, "grad_scaling", "fp32/scale1024", "float32", hp, seed, len(steps))
+    # (step, found_inf, loss scale); steps 6-7: found_inf without a grad scale (PyTorch #95847)
+    steps = [(1, True, SCALE), (2, False, SCALE), (3, False, SCALE), (4, True, SCALE), (5, False, SCALE),
+             (6, True, 1.0), (7, False, 1.0)]
+    result = new_result(target, "grad_scaling", "fp32/scale1024+1", "float32", hp, seed, len(steps))
     reason = unavailable(target, device)
     if reason:
         return skip(result, reason)
@@ -895,20 +900,20 @@ def run_grad_scaling(target, device="cpu", seed=0):
     params = [[tensor(values(seed, s, "float32", 1.0, "scaling", i), "float32", device) for i, s in enumerate(shapes)]]
     opt = build(target, params, hp)
     ls = Lockstep(target, opt, hp, checks["scaled_step"], checks["counters"])
-    for k, inf in steps:
-        grads = [[grad_values(seed, ("scaling", i), k, s, "float32", 1e-3) * SCALE for i, s in enumerate(shapes)]]
+    for k, inf, scale in steps:
+        grads = [[grad_values(seed, ("scaling", i), k, s, "float32", 1e-3) * scale for i, s in enumerate(shapes)]]
         if inf:
             grads[0][0] = grads[0][0].copy()
             grads[0][0].flat[0] = np.inf
         set_grads(params, grads)
         if inf:
             before = state_bits(opt)
-            target.scaling(opt, 1.0 / SCALE, True)
+            target.scaling(opt, 1.0 / scale, True)
             compare_bits(checks["found_inf"], k, before, state_bits(opt), f"changed by a step with found_inf (step {k})")
             checks["found_inf"].compared += 1
         else:
-            ls.step(k, grads, GradScaling(inv_scale=1.0 / SCALE),
-                    do_step=lambda: target.scaling(opt, 1.0 / SCALE, False))
+            ls.step(k, grads, GradScaling(inv_scale=1.0 / scale),
+                    do_step=lambda: target.scaling(opt, 1.0 / scale, False))
     return finish(result, checks, t0)
 
 
