@@ -13,7 +13,6 @@ import math
 import os
 import platform
 import shlex
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -161,13 +160,22 @@ def atomic_write(path: str, text: str) -> None:
         raise
 
 
+THIRD_PARTY = ("deepspeed", "bitsandbytes", "torchao", "apex", "transformer_engine")
+
+
 def versions() -> dict:
+    """Versions of what ran: read from the installed distributions, since the
+    libraries themselves are imported only inside the worker processes."""
+    from importlib import metadata
+
     import numpy
     import torch
     out = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}
-    for mod in ("deepspeed", "apex", "transformer_engine"):
-        if mod in sys.modules:
-            out[mod] = getattr(sys.modules[mod], "__version__", "?")
+    for dist in THIRD_PARTY:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
     return out
 
 
