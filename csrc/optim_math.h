@@ -33,14 +33,17 @@ struct AdamHyper {
 };
 
 // What the element function needs, per step and group.
-// Decay is written branch-free: exactly one of l2_wd (L2) and
-// 1 - decay_factor (decoupled) is non-zero, so a single loop body serves both.
+// The decay branches on `decoupled` (uniform per call: the CPU loop is
+// unswitched, the CUDA warps do not diverge). It is not written branch-free
+// (g + 0*p): 0*p is NaN for a NaN or Inf param, which would poison the grad,
+// and so the moments, where the specification never reads p.
 struct AdamScalars {
   float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float eps, l2_wd, decay_factor;  // decay_factor = 1 - lr*wd (decoupled) or 1
+  float eps, l2_wd, decay_factor;  // l2_wd = wd (L2); decay_factor = 1 - lr*wd (decoupled)
   float step_size;                 // lr / bc1
   float inv_sqrt_bc2;              // 1 / sqrt(bc2)
   float inv_scale;                 // grad unscaling (1 without a grad scaler)
+  int decoupled;                   // AdamW decay (p *= decay_factor) instead of L2 (g += l2_wd*p)
   int skip;                        // found_inf: the step does nothing
 };
 
@@ -64,6 +67,7 @@ OPTIM_HD AdamScalars make_scalars(const AdamHyper& h, double step, double lr,
   s.step_size = float(lr / bc1);
   s.inv_sqrt_bc2 = float(1.0 / sqrt(bc2));
   s.inv_scale = float(inv_scale);
+  s.decoupled = h.decoupled ? 1 : 0;
   s.skip = skip ? 1 : 0;
   return s;
 }
@@ -75,8 +79,11 @@ OPTIM_HD AdamScalars make_scalars(const AdamHyper& h, double step, double lr,
 //   p <- p - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
 OPTIM_HD void adam_update(float& p, float& m, float& v, float grad, const AdamScalars& s) {
   float g = grad * s.inv_scale;
-  g = g + s.l2_wd * p;
-  p = p * s.decay_factor;
+  if (s.decoupled) {
+    p = p * s.decay_factor;
+  } else {
+    g = g + s.l2_wd * p;
+  }
   m = s.beta1 * m + s.one_minus_beta1 * g;
   v = s.beta2 * v + s.one_minus_beta2 * (g * g);
   const float denom = sqrtf(v) * s.inv_sqrt_bc2 + s.eps;
@@ -93,6 +100,7 @@ struct AdagradHyper {
 struct AdagradScalars {
   float clr;  // lr / (1 + (t-1)*lr_decay)
   float eps, l2_wd, decoupled_wd, inv_scale;
+  int decoupled;  // as in AdamScalars: p enters only the term the convention names
   int skip;
 };
 
@@ -104,6 +112,7 @@ OPTIM_HD AdagradScalars make_scalars(const AdagradHyper& h, double step, double 
   s.l2_wd = h.decoupled ? 0.0f : float(h.weight_decay);
   s.decoupled_wd = h.decoupled ? float(h.weight_decay) : 0.0f;
   s.inv_scale = float(inv_scale);
+  s.decoupled = h.decoupled ? 1 : 0;
   s.skip = skip ? 1 : 0;
   return s;
 }
@@ -113,9 +122,10 @@ OPTIM_HD AdagradScalars make_scalars(const AdagradHyper& h, double step, double 
 //   p <- p - clr * (g/(sqrt(h) + eps) (+ wd*p decoupled))
 OPTIM_HD void adagrad_update(float& p, float& h, float grad, const AdagradScalars& s) {
   float g = grad * s.inv_scale;
-  g = g + s.l2_wd * p;
+  if (!s.decoupled) g = g + s.l2_wd * p;
   h = h + g * g;
-  const float u = g / (sqrtf(h) + s.eps) + s.decoupled_wd * p;
+  float u = g / (sqrtf(h) + s.eps);
+  if (s.decoupled) u = u + s.decoupled_wd * p;
   p = p - s.clr * u;
 }
 
@@ -134,6 +144,7 @@ struct LambScalars {
   float beta1, beta3, beta2, one_minus_beta2;  // beta3 = 1-b1 with grad averaging, else 1
   float bc1, bc2, eps, l2_wd, decoupled_wd;
   float inv_scale;
+  int decoupled;  // as in AdamScalars: p enters only the term the convention names
   int skip;
 };
 
@@ -149,6 +160,7 @@ OPTIM_HD LambScalars make_lamb_scalars(const LambHyper& h, double step, double i
   s.l2_wd = h.decoupled ? 0.0f : float(h.weight_decay);
   s.decoupled_wd = h.decoupled ? float(h.weight_decay) : 0.0f;
   s.inv_scale = float(inv_scale);
+  s.decoupled = h.decoupled ? 1 : 0;
   s.skip = skip ? 1 : 0;
   return s;
 }
@@ -167,11 +179,11 @@ OPTIM_HD float lamb_moments_update(float p, float& m, float& v, float grad, floa
                                    const LambScalars& s) {
   float g = grad * s.inv_scale;
   g = g / clip;
-  g = g + s.l2_wd * p;
+  if (!s.decoupled) g = g + s.l2_wd * p;
   m = s.beta1 * m + s.beta3 * g;
   v = s.beta2 * v + s.one_minus_beta2 * (g * g);
   const float u = (m / s.bc1) / (sqrtf(v / s.bc2) + s.eps);
-  return u + s.decoupled_wd * p;
+  return s.decoupled ? u + s.decoupled_wd * p : u;
 }
 
 // Stage 4: the per-tensor step size lr * ratio, ratio = ||p||/||u|| when

@@ -4,7 +4,8 @@ oracle. The conventions they implement are `CONVENTIONS`.
 """
 from .adagrad import FusedAdagrad
 from .adam import FusedAdam
+from .checkpoint import load_checkpoint
 from .conventions import CONVENTIONS, convention_of
 from .lamb import FusedLAMB
 
-__all__ = ["CONVENTIONS", "FusedAdagrad", "FusedAdam", "FusedLAMB", "convention_of"]
+__all__ = ["CONVENTIONS", "FusedAdagrad", "FusedAdam", "FusedLAMB", "convention_of", "load_checkpoint"]

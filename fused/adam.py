@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import Bucket, FusedOptimizer, StepArgs, check_range
+from .base import Bucket, FusedOptimizer, StepArgs, check_betas, check_range
 
 
 class FusedAdam(FusedOptimizer):
+    MOMENTS = ("exp_avg", "exp_avg_sq")
+
     def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8,
                  adam_w_mode=True, weight_decay=0.0, amsgrad=False, maximize=False, *,
                  capturable=False, master_weights=True, moment_dtype=torch.float32):
@@ -30,8 +32,7 @@ class FusedAdam(FusedOptimizer):
 
     def _check_hparams(self, gi: int, group: dict) -> None:
         check_range(gi, "lr", group["lr"])
-        for k, b in enumerate(group["betas"]):
-            check_range(gi, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
+        check_betas(gi, group["betas"])
         check_range(gi, "eps", group["eps"])
         check_range(gi, "weight_decay", group["weight_decay"])
 

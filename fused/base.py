@@ -17,6 +17,7 @@ state_dict() before a step create nothing.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -87,12 +88,40 @@ class FusedOptimizer(torch.optim.Optimizer):
     # ------------------------------------------------------------ checks
 
     def add_param_group(self, param_group: dict) -> None:
+        """torch's, plus checks that name the group and param. A group that
+        fails them is not added: the optimizer stays as it was."""
+        index = len(self.param_groups)
+        if isinstance(param_group, dict):
+            self._check_duplicates(index, param_group)
         super().add_param_group(param_group)
-        index = len(self.param_groups) - 1
         group = self.param_groups[index]
-        self._check_params(index, group)
-        self._check_common(index, group)
+        try:
+            self._check_params(index, group)
+            self._check_common(index, group)
+        except Exception:
+            self.param_groups.pop()
+            raise
         group.setdefault("step", 0)
+
+    def _check_duplicates(self, gi: int, param_group: dict) -> None:
+        """A param may appear once in the whole optimizer: twice, it would be
+        stepped twice per step (and raced on by the kernels). torch only warns
+        about duplicates within a group, and does not say which."""
+        params = param_group["params"]
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        elif isinstance(params, set):
+            return  # torch refuses sets (unordered)
+        else:
+            params = param_group["params"] = list(params)  # a generator is read once
+        seen = {id(p): (g, i) for g, group in enumerate(self.param_groups) for i, p in enumerate(group["params"])}
+        for i, p in enumerate(params):
+            p = p[1] if isinstance(p, tuple) else p  # (name, param)
+            if id(p) in seen:
+                g, j = seen[id(p)]
+                raise ValueError(f"group {gi} param {i}: the same tensor as group {g} param {j}; "
+                                 "a param may appear only once in an optimizer")
+            seen[id(p)] = (gi, i)
 
     def _check_params(self, gi: int, group: dict) -> None:
         devices = {p.device for p in group["params"]}
@@ -133,16 +162,70 @@ class FusedOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(f"{where}: sparse gradients are not supported")
             if p.is_complex() or g.is_complex():
                 raise RuntimeError(f"{where}: complex params are not supported")
-            if g.dtype != p.dtype or g.shape != p.shape:
-                raise RuntimeError(f"{where}: grad {g.dtype}{tuple(g.shape)} does not match "
-                                   f"param {p.dtype}{tuple(p.shape)}")
+            if g.shape != p.shape:
+                raise RuntimeError(f"{where}: grad shape {tuple(g.shape)} != param shape {tuple(p.shape)}")
+            if g.dtype != p.dtype:  # no implicit cast: it would round (fp32 -> bf16) or hide a bug
+                raise RuntimeError(f"{where}: grad dtype {g.dtype} != param dtype {p.dtype}")
             if not p.is_contiguous():
                 raise RuntimeError(f"{where}: non-contiguous params are not supported")
             device = device or p.device
             if p.device != device or g.device != device:
                 raise RuntimeError(f"{where}: on {p.device} (grad {g.device}) while the group is on {device}")
+            if self.state.get(p):
+                self._check_entry(where, group, p, self.state[p], loaded=True)
             live.append((i, p))
         return live
+
+    def _validate_step(self) -> list[list[tuple[int, torch.Tensor]]]:
+        """Checks every group (hyperparameters, params, grads, existing state)
+        before anything changes, so a step that raises changes nothing; returns
+        each group's live params."""
+        lives = []
+        for gi, group in enumerate(self.param_groups):
+            self._check_common(gi, group)
+            lives.append(self._live_params(gi, group))
+        return lives
+
+    # ------------------------------------------------------------ state schema
+
+    MOMENTS: tuple = ()  # the state keys of the moments, in moment_dtype
+
+    def _state_spec(self, group: dict, p: torch.Tensor) -> dict:
+        """key -> dtype of a param's state once it has stepped."""
+        spec = {key: group["moment_dtype"] for key in self.MOMENTS}
+        if self._uses_master(group, p):
+            spec["master_param"] = torch.float32
+        return spec
+
+    def _check_entry(self, where: str, group: dict, p: torch.Tensor, entry, loaded: bool = False) -> None:
+        """A param's state entry against the schema: empty (not stepped yet),
+        or exactly the spec's keys, each a dense tensor of the param's shape
+        and the spec's dtype; `loaded` (live state): also on the param's
+        device and contiguous, as the kernels need."""
+        if not isinstance(entry, dict):
+            raise TypeError(f"{where}: state must be a dict, got {type(entry).__name__}")
+        if not entry:
+            return
+        spec = self._state_spec(group, p)
+        missing, extra = sorted(set(spec) - set(entry)), sorted(set(entry) - set(spec), key=str)
+        if missing:
+            raise ValueError(f"{where}: state is missing {missing} (expected {sorted(spec)})")
+        if extra:
+            raise ValueError(f"{where}: unknown state keys {extra} (expected {sorted(spec)})")
+        for key, dtype in spec.items():
+            v = entry[key]
+            if not isinstance(v, torch.Tensor):
+                raise TypeError(f"{where}: state {key!r} must be a tensor, got {type(v).__name__}")
+            if v.layout != torch.strided:
+                raise ValueError(f"{where}: state {key!r} has layout {v.layout}; only dense (strided) tensors")
+            if v.dtype != dtype:
+                why = "fp32 master" if key == "master_param" else "the group's moment_dtype"
+                raise ValueError(f"{where}: state {key!r} dtype {v.dtype} != {dtype} ({why})")
+            if v.shape != p.shape:
+                raise ValueError(f"{where}: state {key!r} shape {tuple(v.shape)} != param shape {tuple(p.shape)}")
+            if loaded and (v.device != p.device or not v.is_contiguous()):
+                raise RuntimeError(f"{where}: state {key!r} must be contiguous on {p.device} "
+                                   f"(is on {v.device}, contiguous={v.is_contiguous()})")
 
     # ------------------------------------------------------------ state
 
@@ -232,18 +315,17 @@ class FusedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        lives = self._validate_step()  # bad input raises even on a skipped step
         scaling = self._scaling(inv_scale, found_inf)
         if not self._device_scaling(scaling):
             scaling = scaling.for_group(on_device=False)
             if scaling.found_inf:
                 return loss
-        self._step_groups(scaling)
+        self._step_groups(scaling, lives)
         return loss
 
-    def _step_groups(self, scaling: Scaling) -> None:
-        for gi, group in enumerate(self.param_groups):
-            self._check_common(gi, group)
-            live = self._live_params(gi, group)
+    def _step_groups(self, scaling: Scaling, lives: list) -> None:
+        for group, live in zip(self.param_groups, lives):
             on_device = self._on_device(group, scaling)
             group_scaling = scaling.for_group(on_device)
             if not on_device and group_scaling.found_inf:
@@ -261,27 +343,100 @@ class FusedOptimizer(torch.optim.Optimizer):
     # ------------------------------------------------------------ checkpoint
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """torch's load, except that state tensors keep their dtype.
+        """torch's load, validated first and atomic, and keeping state dtypes.
 
-        torch.optim.Optimizer casts floating state to the param's dtype,
-        which would round fp32 masters and moments of bf16/fp16 params; here
-        state is only moved to the param's device. Counters are restored
-        exactly; `capturable` stays this optimizer's setting (it describes how
-        this process steps, not the checkpoint).
+        The whole checkpoint is checked against this optimizer before anything
+        changes (`_check_checkpoint`); on any error the optimizer is exactly as
+        it was. torch.optim.Optimizer casts floating state to the param's
+        dtype, which would round fp32 masters and moments of bf16/fp16 params;
+        here state is only copied to the param's device (contiguous).
+        Hyperparameters come from the checkpoint, as in torch; counters are
+        restored exactly; `capturable` stays this optimizer's setting (it
+        describes how this process steps, not the checkpoint).
         """
+        state = self._check_checkpoint(state_dict)
         capturable = [g.get("capturable", False) for g in self.param_groups]
-        saved_state = state_dict["state"]
         super().load_state_dict({**state_dict, "state": {}})
-        params = [p for g in self.param_groups for p in g["params"]]
-        saved_ids = [pid for g in state_dict["param_groups"] for pid in g["params"]]
-        id_map = dict(zip(saved_ids, params))
-        for pid, entry in saved_state.items():
-            p = id_map[pid]
-            self.state[p] = {k: v.to(device=p.device, copy=True) if isinstance(v, torch.Tensor) else v
-                             for k, v in entry.items()}
+        for p, entry in state.items():
+            self.state[p] = entry
         for group, cap in zip(self.param_groups, capturable):
             group["capturable"] = cap
             self._normalize_counter(group)
+
+    def _check_checkpoint(self, sd) -> dict:
+        """Raises (TypeError or ValueError, naming the group, param and key)
+        unless `sd` is a complete state_dict of an optimizer shaped like this
+        one; returns the new state, {param: entry}, as copies on the params'
+        devices, so that loading cannot fail half-way."""
+        if not isinstance(sd, dict):
+            raise TypeError(f"checkpoint: expected a dict with 'state' and 'param_groups', got {type(sd).__name__}")
+        missing, extra = {"state", "param_groups"} - set(sd), set(sd) - {"state", "param_groups"}
+        if missing or extra:
+            raise ValueError(f"checkpoint: keys {sorted(map(str, sd))}, expected ['param_groups', 'state']")
+        saved_groups, saved_state = sd["param_groups"], sd["state"]
+        if not isinstance(saved_groups, (list, tuple)) or not isinstance(saved_state, dict):
+            raise TypeError("checkpoint: 'param_groups' must be a list and 'state' a dict")
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"checkpoint has {len(saved_groups)} param groups, this optimizer "
+                             f"{len(self.param_groups)}")
+        required = (set(self.defaults) | {"params", "step"}) - {"capturable"}
+        where_id: dict = {}
+        for gi, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
+            if not isinstance(saved, dict):
+                raise TypeError(f"checkpoint group {gi}: expected a dict, got {type(saved).__name__}")
+            lacking = sorted(required - set(saved))
+            if lacking:
+                raise ValueError(f"checkpoint group {gi}: missing keys {lacking}")
+            ids = saved["params"]
+            if not isinstance(ids, (list, tuple)) or len(ids) != len(group["params"]):
+                count = len(ids) if isinstance(ids, (list, tuple)) else type(ids).__name__
+                raise ValueError(f"checkpoint group {gi}: {count} params, this optimizer's group {gi} has "
+                                 f"{len(group['params'])}")
+            check_counter(f"checkpoint group {gi}: step", saved["step"])
+            merged = {**saved, "params": group["params"], "capturable": group.get("capturable", False)}
+            try:
+                self._check_common(gi, merged)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"checkpoint {e}") from e
+            for i, (pid, p) in enumerate(zip(ids, group["params"])):
+                if pid in where_id:
+                    raise ValueError(f"checkpoint group {gi} param {i}: id {pid!r} also names group "
+                                     f"{where_id[pid][0]} param {where_id[pid][1]}")
+                where_id[pid] = (gi, i, p, merged)
+        new_state = {}
+        for pid, entry in saved_state.items():
+            if pid not in where_id:
+                raise ValueError(f"checkpoint: state for param id {pid!r}, which no param group lists")
+            gi, i, p, merged = where_id[pid]
+            self._check_entry(f"checkpoint group {gi} param {i}", merged, p, entry)
+            if entry:
+                new_state[p] = {k: v.to(device=p.device, memory_format=torch.contiguous_format, copy=True)
+                                for k, v in entry.items()}
+        return new_state
+
+
+def check_counter(where: str, step) -> None:
+    """A group counter: a non-negative int, or a 0-dim integer tensor (a
+    capturable optimizer's); bools, floats and other shapes are refused."""
+    if isinstance(step, torch.Tensor):
+        if step.dim() != 0 or step.dtype.is_floating_point or step.dtype.is_complex or step.dtype == torch.bool:
+            raise TypeError(f"{where} must be an int or a 0-dim integer tensor, got a {step.dtype} tensor "
+                            f"of shape {tuple(step.shape)}")
+        value = int(step)
+    elif isinstance(step, numbers.Integral) and not isinstance(step, bool):
+        value = int(step)
+    else:
+        raise TypeError(f"{where} must be an int or a 0-dim integer tensor, got {type(step).__name__} {step!r}")
+    if value < 0:
+        raise ValueError(f"{where}={value} must be >= 0")
+
+
+def check_betas(group: int, betas) -> None:
+    """(beta1, beta2), each in [0, 1)."""
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"group {group}: betas must be a pair (beta1, beta2), got {betas!r}")
+    for k, b in enumerate(betas):
+        check_range(group, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
 
 
 @dataclass

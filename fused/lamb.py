@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import Bucket, FusedOptimizer, Scaling, call_kernel, check_range, stream_arg
+from .base import Bucket, FusedOptimizer, Scaling, call_kernel, check_betas, check_range, stream_arg
 
 
 class FusedLAMB(FusedOptimizer):
+    MOMENTS = ("exp_avg", "exp_avg_sq")
+
     def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
                  amsgrad=False, adam_w_mode=True, grad_averaging=True, max_grad_norm=1.0, use_nvlamb=False, *,
                  master_weights=True, moment_dtype=torch.float32):
@@ -33,19 +35,14 @@ class FusedLAMB(FusedOptimizer):
     def _check_hparams(self, gi: int, group: dict) -> None:
         for name in ("lr", "eps", "weight_decay", "max_grad_norm"):
             check_range(gi, name, group[name])
-        for k, b in enumerate(group["betas"]):
-            check_range(gi, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
+        check_betas(gi, group["betas"])
 
     def _init_moments(self, group: dict, p: torch.Tensor, state: dict) -> None:
         for key in ("exp_avg", "exp_avg_sq"):
             state[key] = torch.zeros_like(p, dtype=group["moment_dtype"], memory_format=torch.contiguous_format)
 
-    def _step_groups(self, scaling: Scaling) -> None:
+    def _step_groups(self, scaling: Scaling, lives: list) -> None:
         scaling = scaling.for_group(on_device=False)
-        lives = []
-        for gi, group in enumerate(self.param_groups):
-            self._check_common(gi, group)
-            lives.append(self._live_params(gi, group))
         grad_sumsq = self._grad_sumsq([p.grad for live in lives for _, p in live], scaling.inv_scale)
         for group, live in zip(self.param_groups, lives):
             self._advance_counter(group, scaling)

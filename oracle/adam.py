@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import GradScaling, OptState, bias_corrections, check_counter, check_range, drive, maybe_fp32
+from .common import (GradScaling, OptState, bias_corrections, check_betas, check_counter, check_range, drive,
+                     maybe_fp32)
 
 DECAYS = ("l2", "decoupled", "decoupled_update")
 EPS_MODES = ("outside", "outside_corrected", "inside")
@@ -68,8 +69,7 @@ def validate(hparams: list[dict]) -> list[dict]:
     for g, hp in enumerate(hparams):
         hp = {**DEFAULTS, **hp}
         check_range(g, "lr", hp["lr"], low=0.0)
-        for k, b in enumerate(hp["betas"]):
-            check_range(g, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
+        check_betas(g, hp["betas"])
         check_range(g, "eps", hp["eps"], low=0.0)
         check_range(g, "weight_decay", hp["weight_decay"], low=0.0)
         out.append(hp)

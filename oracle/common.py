@@ -85,6 +85,18 @@ def check_structure(params, grads, state: OptState, hparams) -> None:
                 raise ValueError(f"group {g} param {i}: complex values are not supported")
             if gr is not None and np.shape(gr) != np.shape(p):
                 raise ValueError(f"group {g} param {i}: grad shape {np.shape(gr)} != param shape {np.shape(p)}")
+            for key, value in ss[i].items():
+                if key != "step" and np.shape(value) != np.shape(p):
+                    raise ValueError(f"group {g} param {i}: state {key!r} shape {np.shape(value)} "
+                                     f"!= param shape {np.shape(p)}")
+
+
+def check_betas(group: int, betas) -> None:
+    """A pair, each in [0, 1)."""
+    if len(tuple(betas)) != 2:
+        raise ValueError(f"group {group}: betas must be a pair (beta1, beta2), got {betas!r}")
+    for k, b in enumerate(betas):
+        check_range(group, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
 
 
 def as_float64(x, copy: bool = False):

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .adam import moments
-from .common import (GradScaling, OptState, as_float64, bias_corrections, check_counter, check_range,
+from .common import (GradScaling, OptState, as_float64, bias_corrections, check_betas, check_counter, check_range,
                      check_structure, drive, maybe_fp32)
 
 DECAYS = ("decoupled_update", "l2")
@@ -76,8 +76,7 @@ def validate(hparams: list[dict]) -> list[dict]:
         for name in ("lr", "eps", "weight_decay", "max_grad_norm", "min_coeff"):
             check_range(g, name, hp[name], low=0.0)
         check_range(g, "max_coeff", hp["max_coeff"], low=hp["min_coeff"])
-        for k, b in enumerate(hp["betas"]):
-            check_range(g, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
+        check_betas(g, hp["betas"])
         out.append(hp)
     return out
 
