@@ -153,7 +153,7 @@ class Lockstep:
                 st["step"] = n
 
     def step(self, k: int, grads, scaling: GradScaling | None = None, do_step: Callable | None = None):
-        before = read(self.inner)
+        before = read(self.inner, self.target.state_names)
         hps = self.module.validate(self.hparams)
         computes = [[self.target.compute_dtype(before.dtypes[g][i]["param"]) for i in range(len(ps))]
                     for g, ps in enumerate(before.params)]
@@ -169,7 +169,7 @@ class Lockstep:
                                for i, st in enumerate(sts)] for g, sts in enumerate(before.state)])
             expected[compute] = self.module.step(params, bgrads, state, hps, self.target.convention, scaling)
         (do_step or self.opt.step)()
-        after = read(self.inner)
+        after = read(self.inner, self.target.state_names)
         any_exp = next(iter(expected.values()))[1]
         self.tracked = counters_only(any_exp)
         self._compare(k, before, after, expected, computes)
@@ -616,7 +616,7 @@ def run_construction(target, device="cpu", seed=0, wrapper=MasterWeights, wrappe
     changes nothing; the first real update equals the oracle's step 1."""
     t0 = time.perf_counter()
     hp = [dict(HPARAMS.get(target.optimizer, {})), {**HPARAMS.get(target.optimizer, {}), "weight_decay": 0.0}]
-    if target.optimizer == "adagrad":
+    if target.optimizer == "adagrad" and "initial_accumulator_value" in target.options:
         hp[1]["initial_accumulator_value"] = 0.1
     result = new_result(target, "construction", "fp32+wrapped", "float32", hp, seed, 1)
     reason = unavailable(target, device)
