@@ -67,7 +67,8 @@ def select_targets(args, optimizers):
     every = every_target()
     if args.target or not args.impl:
         patterns = args.target or ["*"]
-        picked = [t for t in every if t.optimizer in optimizers and any(fnmatch.fnmatch(t.name, p) for p in patterns)]
+        picked = [t for t in every if t.optimizer in optimizers and any(fnmatch.fnmatch(t.name, p) for p in patterns)
+                  and (t.in_default or args.target)]
         if args.target and not picked:
             raise UsageError(f"no target matches {args.target}; known: {', '.join(t.name for t in every)}")
         chosen += picked
@@ -132,15 +133,25 @@ def plan(args, optimizers):
     dtypes = tuple(canonical(d) for d in args.dtype) if args.dtype else C.DTYPES
     targets = select_targets(args, optimizers)
     scenarios, matrix = scenario_names(args)
-    work = []
+    work, skipped = [], []
     for target in targets:
+        reason = target.unavailable(args.device)
+        if reason is not None:  # one row for the whole target, not one per case
+            skipped.append((target, reason))
+            continue
         for seed in args.seed or [0]:
             if matrix:
                 work += [(target, case, seed) for case in C.cases(target.optimizer, dtypes, args.steps, args.case)]
             work += [(target, ScenarioJob(name, args.steps), seed) for name in scenarios]
-    if args.case and not any(isinstance(c, C.Case) for _, c, _ in work):
+    if args.case and not any(C.cases(o, dtypes, args.steps, args.case) for o in optimizers):
         raise UsageError(f"no case matches {args.case!r}")
-    return targets, work
+    return work, skipped
+
+
+def skipped_target(target, reason: str, args):
+    from .run import CaseResult
+    return CaseResult(target.name, "(all cases)", target.optimizer, "", [], (args.seed or [0])[0], args.steps,
+                      status="skip", reason=reason)
 
 
 def execute(work, args):
@@ -156,16 +167,18 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         args, optimizers = parse(argv)
-        targets, work = plan(args, optimizers)
+        work, skipped = plan(args, optimizers)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.list:
         for target, case, seed in work:
             print(f"{target.name}\t{case.name}\tseed={seed}")
+        for target, reason in skipped:
+            print(f"{target.name}\t(skipped: {reason})")
         return EXIT_OK
     from . import report
-    results, complete, t0 = [], True, time.perf_counter()
+    results, complete, t0 = [skipped_target(t, r, args) for t, r in skipped], True, time.perf_counter()
     try:
         for n, ((target, case, seed), r) in enumerate(zip(work, execute(work, args)), 1):
             results.append(r)

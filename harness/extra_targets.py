@@ -208,6 +208,9 @@ def extra_targets() -> list[Target]:
                devices=("cpu",), dtypes=("float32", "bfloat16", "float16"), compute="float32",
                masters=False, state_dtype="param", options=frozenset({"amsgrad"}),
                requires=_cpu_only(torchao_unavailable),
+               # torch.compile on every new optimizer: ~4 s a case on 2 cores, so it runs when
+               # named (--target 'torchao.*'), not in the default sweep
+               in_default=False,
                notes=f"{ao} torchao.optim._AdamW (optim/adam.py:406-430): torch.compile'd "
                      "single_param_adam (adam.py:163-209) in fp32, p/m/v rounded once on store to the "
                      "param dtype; decoupled decay p - lr*wd*p before the moments; eps outside "

@@ -62,7 +62,8 @@ def summarize(results) -> list[dict]:
     """One row per target x optimizer x dtype."""
     groups = defaultdict(list)
     for r in results:
-        groups[(r.target, r.optimizer, r.dtype if not r.case.startswith("scenario:") else "scenarios")].append(r)
+        kind = "scenarios" if r.case.startswith("scenario:") else r.dtype or "-"
+        groups[(r.target, r.optimizer, kind)].append(r)
     rows = []
     for (target, opt, dtype), rs in groups.items():
         count = lambda s: sum(r.status == s for r in rs)  # noqa: E731

@@ -49,6 +49,7 @@ class Target:
     requires: Callable[[str], str | None] = lambda device: None
     notes: str = ""
     scaling: Callable | None = None  # step(opt, inv_scale, found_inf) if grad scaling is supported
+    in_default: bool = True  # part of a sweep that names no --target
 
     def unavailable(self, device: str) -> str | None:
         if device not in self.devices:
