@@ -26,7 +26,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .checks import CheckResult, Finding, compare_exact
+from .checks import CheckResult, compare_exact
 from .scenarios import Lockstep, compare_bits, grad_values, state_bits, tensor, values
 
 

@@ -109,7 +109,7 @@ def mismatch_rows(results, device: str):
 
 
 def markdown(results, rows, meta: dict, device: str) -> str:
-    out = [f"# Optimizer oracle report\n", f"- created: {meta['created']}", f"- complete: {meta['complete']}",
+    out = ["# Optimizer oracle report\n", f"- created: {meta['created']}", f"- complete: {meta['complete']}",
            f"- versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}",
            f"- command: `{' '.join(meta['argv'])}`", "",
            "Errors are in ULPs of the storage dtype at the operand magnitude; detection power is the smallest "

@@ -13,7 +13,6 @@ import torch
 from harness import killmatrix as K
 from mutants import base as B
 from mutants import catalog as M
-from mutants import target_for
 from mutants.wrappers import WRAPPER_MUTANTS
 
 ENTRIES = K.entries()

@@ -19,7 +19,7 @@ import torch
 import oracle
 from fused import FusedAdagrad, FusedAdam, FusedLAMB, convention_of, load_checkpoint
 from fused.testing import as_f64
-from oracle import GradScaling, OptState
+from oracle import OptState
 
 OPTIMIZERS = [FusedAdam, FusedAdagrad, FusedLAMB]
 ids = [c.__name__ for c in OPTIMIZERS]
