@@ -373,13 +373,18 @@ class EngineRun:
     """
 
     def __init__(self, optimizer: str, zero_stage: int, dtype: str, params=None, hparams=None,
-                 grad_accum_dtype: str | None = None):
+                 grad_accum_dtype: str | None = None, world_size: int = 1):
+        """world_size > 1: the caller has joined the process group (one rank per process)."""
         import numpy as np
         import torch
-        init_single_process()
+        if world_size == 1:
+            init_single_process()
+        if optimizer.startswith("cpu_"):
+            _memoize_cpu_info()
         import deepspeed
         params = [[np.asarray(p, dtype=np.float64) for p in g] for g in (params or
                   [[np.array(v) for v in grp] for grp in DEFAULT_PARAMS])]
+        self.initial = params
         hparams = [dict(h) for h in (hparams or DEFAULT_HPARAMS)]
         self.optimizer_name, self.zero_stage, self.dtype = optimizer, zero_stage, dtype
         self.hparams = hparams
@@ -393,6 +398,7 @@ class EngineRun:
         groups = [{"params": ps, **hp} for ps, hp in zip(self.params, hparams)]
         self.client = _client_optimizer(optimizer, groups, {})
         cfg = _engine_config(dtype, zero_stage, grad_accum_dtype)
+        cfg["train_batch_size"] = world_size  # one micro-batch per rank
         self.engine, self.wrapper, _, _ = deepspeed.initialize(model=self.module, optimizer=self.client,
                                                                config=cfg)
         self.inner = getattr(self.wrapper, "optimizer", self.wrapper)

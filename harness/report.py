@@ -24,6 +24,8 @@ SCHEMA = "optimizer-oracle-report/1"
 
 
 def repro_command(result, device: str = "cpu") -> str:
+    if getattr(result, "repro", ""):
+        return result.repro
     target = result.target
     sel = f"--impl {shlex.quote(target[5:])}" if target.startswith("impl:") else f"--target {shlex.quote(target)}"
     if result.case.startswith("scenario:"):
@@ -116,6 +118,17 @@ def markdown(results, rows, meta: dict, device: str) -> str:
            "relative error in an update that the lockstep check would catch (median over cases).", "",
            "## Summary", "", summary_table(rows, "github"), ""]
     mism = list(mismatch_rows(results, device))
+    first = {}
+    for r, name, f in mism:
+        if f is not None and (r.target, name) not in first:
+            first[(r.target, name)] = (r, f)
+    if first:
+        out += ["## Where to start: the first finding of each target and check", "",
+                tabulate([[t, n, r.case, _fmt(f.step), f.tensor, _fmt(f.index), _fmt(f.expected, ".9g"),
+                           _fmt(f.got, ".9g"), _fmt(f.error_ulps), _fmt(f.bound_ulps), f"`{repro_command(r, device)}`"]
+                          for (t, n), (r, f) in first.items()],
+                         ["target", "check", "case", "step", "tensor", "index", "expected", "got", "error (ULP)",
+                          "bound (ULP)", "reproduce"], tablefmt="github"), ""]
     out += ["## Mismatches", ""]
     if not mism:
         out.append("None.")
@@ -150,6 +163,9 @@ def atomic_write(path: str, text: str) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a report is for reading
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()

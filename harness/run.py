@@ -48,6 +48,7 @@ class CaseResult:
     reason: str = ""
     checks: dict = field(default_factory=dict)  # name -> CheckResult
     seconds: float = 0.0
+    repro: str = ""             # a command reproducing this row, where `python -m oracle.compare` cannot
 
 
 # --- building --------------------------------------------------------------
