@@ -116,6 +116,16 @@ def _square(s, a):
     return _mul(s, a, a)
 
 
+def _power(s, a, b):
+    """a**n for an exact integer exponent n (a step counter), one rounding:
+    relative error n times a's plus u."""
+    n = b.v
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        r = a.v ** n
+        rel = np.where(a.v != 0, a.e / np.abs(np.where(a.v != 0, a.v, 1.0)), 0.0)
+    return s._round(r, np.abs(n) * np.abs(r) * rel)
+
+
 def _maximum(s, a, b):
     return Bounded(np.maximum(a.v, b.v), np.maximum(a.e, b.e), s.u, s.eta)
 
@@ -134,7 +144,10 @@ def _like(fill):
     def make(x, fill_value=None, **_):
         val = fill if fill_value is None else fill_value
         ref = x.v if isinstance(x, Bounded) else np.asarray(x)
-        return Bounded(np.full_like(ref, val, dtype=np.float64), np.zeros(ref.shape), getattr(x, "u", 0.0))
+        u = getattr(x, "u", 0.0)
+        arr = np.full_like(ref, val, dtype=np.float64)
+        # a constant the kernel holds in its compute dtype (0 is exact)
+        return Bounded(arr, np.where(arr != 0, u * np.abs(arr) + underflow_floor(u), 0.0), u)
     return make
 
 
@@ -149,7 +162,7 @@ def _compare(op):
 _UFUNCS = {np.equal: _compare(np.equal), np.not_equal: _compare(np.not_equal), np.less: _compare(np.less),
            np.greater: _compare(np.greater), np.less_equal: _compare(np.less_equal),
            np.greater_equal: _compare(np.greater_equal), np.add: _add, np.subtract: _sub, np.multiply: _mul, np.true_divide: _div, np.sqrt: _sqrt,
-           np.negative: _neg, np.square: _square, np.maximum: _maximum}
+           np.negative: _neg, np.square: _square, np.maximum: _maximum, np.power: _power}
 _FUNCTIONS = {np.shape: lambda x: x.v.shape, np.iscomplexobj: lambda x: False, np.sum: _sum, np.zeros_like: _like(0.0), np.full_like: _like(None), np.linalg.norm: _norm}
 
 

@@ -78,7 +78,9 @@ from .targets import Target
 # reach the fp32 tensor op (measured: declaring fp32 betas puts v 130 ULPs off at step 1).
 BNB_ADAM = AdamConvention(decay="decoupled", eps_mode="outside", bias_correction=True, counter="param")
 BNB_ADAGRAD = AdagradConvention(decay="l2", eps_mode="outside", counter="param")
-TORCHAO_ADAMW = AdamConvention(decay="decoupled", eps_mode="outside", bias_correction=True, counter="param")
+# 1 - beta**step is formed in float32 (step is a float32 tensor; optim/adam.py:187-188)
+TORCHAO_ADAMW = AdamConvention(decay="decoupled", eps_mode="outside", bias_correction=True, counter="param",
+                               bias_correction_precision="compute")
 
 INSTALL = "pip install --no-deps 'bitsandbytes>=0.50,<0.51' 'torchao>=0.18,<0.19'"
 

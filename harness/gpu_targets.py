@@ -103,6 +103,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from dataclasses import replace
 
 from oracle.adam import APEX_ADAMW, TORCH_ADAM, TORCH_ADAMW, AdamConvention
 from oracle.adagrad import AdagradConvention
@@ -229,6 +230,8 @@ def gpu_targets() -> list[Target]:
     out = []
     # --- torch capturable -------------------------------------------------------
     for opt_name, cls, conv in (("adam", torch.optim.Adam, TORCH_ADAM), ("adamw", torch.optim.AdamW, TORCH_ADAMW)):
+        # capturable forms 1 - beta**step on the device, from the float32 step tensor
+        conv = replace(conv, bias_correction_precision="compute")
         for path, flags, compute in (("foreach_capturable", {"foreach": True, "capturable": True}, "storage"),
                                      ("fused_capturable", {"fused": True, "capturable": True}, "float32")):
             out.append(Target(

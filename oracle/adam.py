@@ -34,6 +34,7 @@ from .common import (GradScaling, OptState, bias_corrections, check_betas, check
 
 DECAYS = ("l2", "decoupled", "decoupled_update")
 EPS_MODES = ("outside", "outside_corrected", "inside")
+BC_PRECISIONS = ("float64", "compute")
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,17 @@ class AdamConvention:
     bias_correction: bool = True
     counter: str = "param"
     fp32_hparams: bool = False  # kernel holds lr, betas, eps, wd as float32
+    # Where 1 - beta^t is formed: "float64" on the host (torch CPU, apex, TE), or
+    # "compute" in the kernel's compute dtype (torch's CUDA fused and capturable
+    # paths, torchao). The values are the same in exact arithmetic; with
+    # "compute" the derived tolerance carries the rounding of beta^t through the
+    # cancellation in 1 - beta2^t (about 1/(1 - beta2^t) times larger early on).
+    bias_correction_precision: str = "float64"
 
     def __post_init__(self):
+        if self.bias_correction_precision not in BC_PRECISIONS:
+            raise ValueError(f"bias_correction_precision must be one of {BC_PRECISIONS}, "
+                             f"got {self.bias_correction_precision!r}")
         if self.decay not in DECAYS:
             raise ValueError(f"decay must be one of {DECAYS}, got {self.decay!r}")
         if self.eps_mode not in EPS_MODES:
@@ -112,6 +122,10 @@ def update(p, g, st, hp, t, conv: AdamConvention):
     if hp["amsgrad"]:
         v = st["max_exp_avg_sq"] = np.maximum(st["max_exp_avg_sq"], v)
     bc1, bc2 = bias_corrections(b1, b2, t, conv.bias_correction)
+    if conv.bias_correction and conv.bias_correction_precision == "compute":
+        # the same values, as array operations so that an error-tracking array
+        # type (harness.errmodel) sees the power and the cancellation
+        bc1, bc2 = (1.0 - np.full_like(p, b) ** t for b in (b1, b2))
     u = (m / bc1) / denominator(v, bc2, eps, conv.eps_mode)
     if conv.decay == "decoupled_update":
         u = u + wd * p

@@ -1,0 +1,75 @@
+"""The derived tolerances bound what a real low-precision evaluation does.
+
+An independent float32 NumPy AdamW step (the order of torch's kernel) must lie
+within the running error bound the oracle's own expression yields with
+u = 2**-24, element by element; and the bound must not be vacuous.
+"""
+import numpy as np
+import pytest
+
+from harness.errmodel import Bounded, unit_roundoff
+from oracle import adam
+
+U = unit_roundoff("float32")
+
+
+def fp32_adamw(p, g, m, v, lr, wd, b1, b2, eps, t, bc_in_fp32=False):
+    f = np.float32
+    p, g, m, v = (x.astype(f) for x in (p, g, m, v))
+    p = p * f(1 - lr * wd)
+    m = m + (g - m) * f(1 - b1)
+    v = v * f(b2) + g * g * f(1 - b2)
+    if bc_in_fp32:
+        bc1, bc2 = f(1) - f(b1) ** f(t), f(1) - f(b2) ** f(t)
+    else:
+        bc1, bc2 = f(1 - b1 ** t), f(1 - b2 ** t)
+    denom = np.sqrt(v) / np.sqrt(bc2) + f(eps)
+    return (p - f(lr / bc1) * (m / denom)).astype(np.float64)
+
+
+def bounded_step(p, g, m, v, hp, t, conv):
+    hp = adam.validate([hp])[0]
+    st = {"exp_avg": Bounded(m, None, U), "exp_avg_sq": Bounded(v, None, U)}
+    new_p, _ = adam.update(Bounded(p, None, U), Bounded(g, None, U), st, hp, t, conv)
+    return new_p
+
+
+@pytest.mark.parametrize("t", [1, 2, 5, 20])
+@pytest.mark.parametrize("bc", ["float64", "compute"])
+def test_fp32_evaluation_lies_within_the_derived_bound(t, bc):
+    rng = np.random.default_rng(t)
+    n = 4096
+    p = rng.standard_normal(n).astype(np.float32).astype(np.float64)
+    g = (rng.standard_normal(n) * 1e-3).astype(np.float32).astype(np.float64)
+    m = (rng.standard_normal(n) * 1e-3).astype(np.float32).astype(np.float64)
+    v = (rng.random(n) * 1e-6).astype(np.float32).astype(np.float64)
+    hp = {"lr": 1e-2, "weight_decay": 0.1, "eps": 1e-8}
+    conv = adam.AdamConvention(bias_correction_precision=bc)
+    bound = bounded_step(p, g, m, v, hp, t, conv)
+    got = fp32_adamw(p, g, m, v, 1e-2, 0.1, 0.9, 0.999, 1e-8, t, bc_in_fp32=(bc == "compute"))
+    err = np.abs(got - bound.v)
+    assert np.all(err <= bound.e), float(np.max(err / bound.e))
+    # not vacuous: for the typical element a 0.1% error in its update exceeds the bound
+    # (where decay and the Adam term cancel, the update is ~0 and no relative bound is small)
+    update = np.abs(bound.v - p)
+    assert np.median(bound.e / update) < 1e-3
+
+
+def test_fp32_bias_correction_widens_the_early_bound_only():
+    rng = np.random.default_rng(0)
+    p, g = np.zeros(64), rng.standard_normal(64) * 1e-3  # zero params: the bound is the update's
+    m, v = np.zeros(64), np.zeros(64)
+    hp = {"lr": 1e-2, "weight_decay": 0.0}
+    host = bounded_step(p, g, m, v, hp, 1, adam.AdamConvention())
+    kern = bounded_step(p, g, m, v, hp, 1, adam.AdamConvention(bias_correction_precision="compute"))
+    np.testing.assert_allclose(host.v, kern.v, rtol=1e-15)  # same values: only the tolerance differs
+    ratio = np.median(kern.e / host.e)
+    assert ratio > 20  # 1 - 0.999**1 cancels: float32 rounding of 0.999 amplified ~1000x, halved by sqrt
+    late = [bounded_step(p, g, m, v, hp, 10_000, c) for c in (adam.AdamConvention(),
+            adam.AdamConvention(bias_correction_precision="compute"))]
+    assert np.median(late[1].e / late[0].e) < 2
+
+
+def test_unknown_bias_correction_precision_is_refused():
+    with pytest.raises(ValueError, match="bias_correction_precision"):
+        adam.AdamConvention(bias_correction_precision="float16")
