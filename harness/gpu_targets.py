@@ -230,13 +230,14 @@ def gpu_targets() -> list[Target]:
     out = []
     # --- torch capturable -------------------------------------------------------
     for opt_name, cls, conv in (("adam", torch.optim.Adam, TORCH_ADAM), ("adamw", torch.optim.AdamW, TORCH_ADAMW)):
-        # capturable forms 1 - beta**step on the device, from the float32 step tensor
-        conv = replace(conv, bias_correction_precision="compute")
         for path, flags, compute in (("foreach_capturable", {"foreach": True, "capturable": True}, "storage"),
                                      ("fused_capturable", {"fused": True, "capturable": True}, "float32")):
+            # foreach+capturable forms 1 - beta**step with _foreach_pow on the float32 step
+            # tensors (float32 math); the fused kernel takes double betas (fused_adam_utils.cuh)
+            bc = "compute" if path == "foreach_capturable" else "float64"
             out.append(Target(
                 name=f"torch.{opt_name}.{path}", optimizer=opt_name, make=_torch_make(cls, **flags),
-                convention=conv, devices=("cuda",), compute=compute,
+                convention=replace(conv, bias_correction_precision=bc), devices=("cuda",), compute=compute,
                 options=frozenset({"amsgrad", "maximize"}), requires=_guarded(lambda: None),
                 scaling=_torch_scaled_step if "fused" in flags else None,
                 notes=f"torch {torch.__version__} {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())}): "
