@@ -171,6 +171,13 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if not work and not args.list:
+        # everything selected is unavailable (e.g. --device cuda without a GPU): a run that
+        # checked nothing must not look like a pass
+        print("error: nothing to run; every selected target is unavailable:", file=sys.stderr)
+        for target, reason in skipped:
+            print(f"  {target.name}: {reason}", file=sys.stderr)
+        return EXIT_USAGE
     if args.list:
         for target, case, seed in work:
             print(f"{target.name}\t{case.name}\tseed={seed}")

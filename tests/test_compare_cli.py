@@ -55,3 +55,11 @@ def test_default_run_passes_on_torch_paths(tmp_path):
                     "--target", "torch.*")
     assert code == 0, [(r["target"], r["case"]) for r in failing(doc)][:5]
     assert doc["complete"] and doc["schema"] == "optimizer-oracle-report/1"
+
+
+def test_a_run_that_can_check_nothing_is_refused(tmp_path, capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    assert main(["--device", "cuda", "--target", "torch.*", "--report-dir", str(tmp_path)]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
