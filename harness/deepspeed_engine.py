@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .checks import CheckResult, Finding
-from .run import CaseResult
+from .run import CaseResult, _plain
 
 SCENARIOS = ("engine_construction", "engine_roundtrip")
 ZERO_STAGES = (0, 1)
@@ -241,12 +241,6 @@ def snapshot(run, rank: int) -> dict:
                 out[pre + f"{label} {f}"] = _clone(v)
     return out
 
-
-def _plain(v):
-    import torch
-    if torch.is_tensor(v) and v.numel() == 1:
-        return v.item()
-    return v
 
 
 def compare_snapshots(res: CheckResult, step, want: dict, got: dict, detail: str) -> None:

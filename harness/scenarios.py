@@ -42,7 +42,7 @@ from oracle.storage import round_to
 from .checks import CheckResult, Finding, compare_exact, compare_tensor, same_bits, tolerance
 from .errmodel import Bounded, unit_roundoff
 from .readback import math_params, read
-from .run import TORCH_DTYPES, CaseResult, counters_only
+from .run import TORCH_DTYPES, CaseResult, _plain, counters_only, set_grads
 from .wrappers import MasterWeights
 
 
@@ -282,11 +282,6 @@ def build(target, groups: list[list], hparams: list[dict]):
     return target.make([{"params": ps, **hp} for ps, hp in zip(groups, hparams)], {})
 
 
-def set_grads(params, grads) -> None:
-    for ps, gs in zip(params, grads):
-        for p, g in zip(ps, gs):
-            p.grad = None if g is None else torch.tensor(g, dtype=p.dtype, device=p.device)
-
 
 def state_bits(opt) -> dict:
     """Everything an optimizer holds, as cloned tensors and plain values, keyed
@@ -300,9 +295,6 @@ def state_bits(opt) -> dict:
                 out[f"group {g} param {i} {key}"] = val.detach().clone() if isinstance(val, torch.Tensor) else val
     return out
 
-
-def _plain(v):
-    return v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v
 
 
 def _canon(name: str, v):
