@@ -124,7 +124,7 @@ def update(p, g, st, hp, t, conv: AdamConvention):
     bc1, bc2 = bias_corrections(b1, b2, t, conv.bias_correction)
     if conv.bias_correction and conv.bias_correction_precision == "compute":
         # the same values, as array operations so that an error-tracking array
-        # type (harness.errmodel) sees the power and the cancellation
+        # type (oracle.compare.errmodel) sees the power and the cancellation
         bc1, bc2 = (1.0 - np.full_like(p, b) ** t for b in (b1, b2))
     u = (m / bc1) / denominator(v, bc2, eps, conv.eps_mode)
     if conv.decay == "decoupled_update":

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from harness.cli import main
+from oracle.compare.cli import main
 
 
 def run(tmp_path, *args):

@@ -1,5 +1,5 @@
-"""DeepSpeed engine scenarios (harness.deepspeed_engine): a small subset of the
-matrix that `python -m harness.deepspeed_engine` runs in full.
+"""DeepSpeed engine scenarios (oracle.compare.deepspeed_engine): a small subset of the
+matrix that `python -m oracle.compare.deepspeed_engine` runs in full.
 
 bf16 model, gloo. Where DeepSpeed 0.19.8 is correct the check must pass; where
 it still has the defect of seed 002 (ZeRO-0 wrapper runs a synthetic
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-dst = pytest.importorskip("harness.deepspeed_targets")
+dst = pytest.importorskip("oracle.compare.deepspeed_targets")
 dst.configure_env()
 pytest.importorskip("deepspeed")
 if dst.deepspeed_unavailable():
     pytest.skip(dst.deepspeed_unavailable(), allow_module_level=True)
 
-from harness import deepspeed_engine as de
+from oracle.compare import deepspeed_engine as de
 
 SEED_002 = ("seed 002 (DeepSpeed #8910): the FP16/BF16 ZeRO-0 wrapper calls optimizer.step() with zero grads "
             "during deepspeed.initialize; still present in 0.19.8 (runtime/fp16/unfused_optimizer.py "
@@ -87,6 +87,6 @@ def test_zero1_adamw_roundtrip_world2():
 
 def test_failing_rows_name_their_repro_command(world1):
     r = world1[Z0_CONSTRUCTION]
-    assert "python -m harness.deepspeed_engine --only deepspeed.engine.zero0.bf16.adamw/world1 " \
+    assert "python -m oracle.compare.deepspeed_engine --only deepspeed.engine.zero0.bf16.adamw/world1 " \
            "--scenario engine_construction" in r.reason
     assert "seed 002" in r.reason

@@ -1,4 +1,4 @@
-"""bitsandbytes 32-bit optimizers and torchao's _AdamW on CPU (harness.extra_targets).
+"""bitsandbytes 32-bit optimizers and torchao's _AdamW on CPU (oracle.compare.extra_targets).
 
 When a library is missing or unusable the adapter must skip with its reason.
 When it runs, the fp32 case matrix is compared with the oracle; what the suite
@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from harness import extra_targets as X
-from harness.cases import cases
-from harness.run import run_case
+from oracle.compare import extra_targets as X
+from oracle.compare.cases import cases
+from oracle.compare.run import run_case
 from oracle.adam import TORCH_ADAM
 
 TARGETS = {t.name: t for t in X.extra_targets()}

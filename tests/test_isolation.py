@@ -1,7 +1,7 @@
 """A crashing, hanging or raising target costs one error row; the sweep goes on."""
 import json
 
-from harness.cli import main
+from oracle.compare.cli import main
 
 CASE = "adamw/fp32/wd0.1/single/normal"
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import killmatrix as K
-from mutants import base as B
-from mutants import catalog as M
-from mutants.wrappers import WRAPPER_MUTANTS
+from oracle.compare import killmatrix as K
+from oracle.mutants import base as B
+from oracle.mutants import catalog as M
+from oracle.mutants.wrappers import WRAPPER_MUTANTS
 
 ENTRIES = K.entries()
 CPU_MUTANTS = [e for e in ENTRIES if e.kind.endswith("mutant") and not e.gpu_only]

@@ -1,4 +1,4 @@
-"""Scenarios (harness.scenarios): torch's paths pass (or fail only on the
+"""Scenarios (oracle.compare.scenarios): torch's paths pass (or fail only on the
 genuine torch defects listed in scenarios.KNOWN), and each scenario FAILS on
 a deliberately broken implementation of exactly its defect, with a finding
 naming the check, the step and the tensor."""
@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from harness import report
-from harness import scenarios as S
-from harness.targets import builtin_targets, load_impl, torch_targets
+from oracle.compare import report
+from oracle.compare import scenarios as S
+from oracle.compare.targets import builtin_targets, load_impl, torch_targets
 from tests.broken import scenario_mutants as M
 
 TORCH = {t.name: t for t in torch_targets()}

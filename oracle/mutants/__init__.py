@@ -1,7 +1,7 @@
 """A catalog of deliberately broken optimizers, each reproducing one defect
-that shipped in a widely used library (mutants.catalog), and the correct
-bases they break (mutants.base, the controls). `python -m oracle.mutants`
-runs the suite against all of them (harness.killmatrix); docs/mutants.md.
+that shipped in a widely used library (oracle.mutants.catalog), and the correct
+bases they break (oracle.mutants.base, the controls). `python -m oracle.mutants`
+runs the suite against all of them (oracle.mutants.killmatrix); docs/mutants.md.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ def scaled_step(opt, inv_scale, found_inf):
 
 def target_for(cls):
     """A harness Target for a catalog or base class, through the same entry a
-    user's optimizer takes (harness.targets.load_impl), plus the two attributes
+    user's optimizer takes (oracle.compare.targets.load_impl), plus the two attributes
     load_impl does not read yet: ORACLE_STATE_DTYPE and ORACLE_SCALING."""
-    from harness.targets import load_impl
+    from oracle.compare.targets import load_impl
     t = load_impl(f"{cls.__module__}:{cls.__name__}")
     return replace(t, state_dtype=getattr(cls, "ORACLE_STATE_DTYPE", "param"),
                    scaling=scaled_step if getattr(cls, "ORACLE_SCALING", False) else None)

@@ -1,12 +1,12 @@
-"""Wrapper mutants: a mixed-precision wrapper (harness.wrappers.MasterWeights,
+"""Wrapper mutants: a mixed-precision wrapper (oracle.compare.wrappers.MasterWeights,
 the correct one) with one defect. They run through the construction scenario's
-pluggable wrapper, around a correct inner optimizer (INNER, a mutants.base class).
+pluggable wrapper, around a correct inner optimizer (INNER, a oracle.mutants.base class).
 """
 from __future__ import annotations
 
 import torch
 
-from harness.wrappers import MasterWeights
+from oracle.compare.wrappers import MasterWeights
 
 from . import base as B
 

@@ -542,7 +542,7 @@ __all__ = ["DS_CPU_ADAGRAD", "DS_CPU_ADAM", "DS_CPU_ADAMW", "EngineRun", "build_
            "init_single_process", "load_op", "op_unavailable"]
 
 
-if __name__ == "__main__":  # python -m harness.deepspeed_targets --build [DIR]
+if __name__ == "__main__":  # python -m oracle.compare.deepspeed_targets --build [DIR]
     import argparse
     import json
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

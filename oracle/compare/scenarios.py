@@ -1,5 +1,5 @@
 """Scenarios: situations the case matrix cannot express, each checked against
-the oracle and reported as a harness.run.CaseResult.
+the oracle and reported as a oracle.compare.run.CaseResult.
 
     SCENARIOS[name].run(target, device, seed) -> CaseResult
 
@@ -408,7 +408,7 @@ def _free_port() -> int:
 
 
 def launch_ranks(spec, target, device, seed, world, timeout, spawn=False):
-    """Start `world` worker processes (harness.dist_scenario); returns
+    """Start `world` worker processes (oracle.compare.dist_scenario); returns
     ([per-rank {check: CheckResult}], error text or None).
 
     On CPU the workers are forked from this process (no torch re-import, a
@@ -433,7 +433,7 @@ def launch_ranks(spec, target, device, seed, world, timeout, spawn=False):
         procs = []
         for rank in range(world):
             log = open(os.path.join(tmp, f"rank{rank}.log"), "w")
-            procs.append((subprocess.Popen([sys.executable, "-m", "harness.dist_scenario", os.path.join(tmp, "job.pkl")],
+            procs.append((subprocess.Popen([sys.executable, "-m", "oracle.compare.dist_scenario", os.path.join(tmp, "job.pkl")],
                                            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                                            stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd()), log))
         deadline, err = time.monotonic() + timeout, None

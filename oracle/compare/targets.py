@@ -1,7 +1,7 @@
 """Targets: an optimizer implementation plus the conventions it declares.
 
 A target builds a torch optimizer from parameter groups, and the harness
-steps it and reads its state back in canonical form (harness.readback).
+steps it and reads its state back in canonical form (oracle.compare.readback).
 Anything that is a `torch.optim.Optimizer` works: torch's own paths, our
 fused kernels, third-party libraries, a user's class passed with --impl.
 """
@@ -154,7 +154,7 @@ def load_impl(spec: str, optimizer: str | None = None, convention=None) -> Targe
     torch's constructor signature, or a factory returning one).
 
     The counter location is detected from state_dict() after the first step
-    (harness.readback); the remaining conventions default to torch's for
+    (oracle.compare.readback); the remaining conventions default to torch's for
     that optimizer unless the class declares `ORACLE_CONVENTION`.
     """
     if ":" not in spec:

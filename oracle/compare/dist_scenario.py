@@ -1,6 +1,6 @@
-"""Worker process of the rank_skew scenario (harness.scenarios.run_rank_skew).
+"""Worker process of the rank_skew scenario (oracle.compare.scenarios.run_rank_skew).
 
-    python -m harness.dist_scenario JOB.pkl     with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set
+    python -m oracle.compare.dist_scenario JOB.pkl     with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set
 
 Global model, W ranks: decay tensors D_0..D_{W-1} (group 0), norm weights
 N_0..N_{W/2-1} (group 1, no decay). Phase 1 (K steps): rank r owns D_r and,

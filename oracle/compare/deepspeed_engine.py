@@ -2,10 +2,10 @@
 world size 1 and 2, bf16 model, ZeRO stage 0 and 1, with torch AdamW, torch
 Adagrad and DeepSpeedCPUAdam (adamw_mode=True) as the client optimizer.
 
-    python -m harness.deepspeed_engine --report-dir reports/deepspeed_engine
-    python -m harness.deepspeed_engine --only deepspeed.engine.zero0.bf16.adamw/world1 --scenario engine_construction
+    python -m oracle.compare.deepspeed_engine --report-dir reports/deepspeed_engine
+    python -m oracle.compare.deepspeed_engine --only deepspeed.engine.zero0.bf16.adamw/world1 --scenario engine_construction
 
-Scenarios (one harness.run.CaseResult per target x world x variant):
+Scenarios (one oracle.compare.run.CaseResult per target x world x variant):
 
 engine_construction  after deepspeed.initialize, before any step: every fp32
     master (the rank's fragment of it under ZeRO 1) equals the initial model
@@ -54,7 +54,7 @@ from .run import CaseResult, _plain
 
 SCENARIOS = ("engine_construction", "engine_roundtrip")
 ZERO_STAGES = (0, 1)
-OPTIMIZERS = ("adamw", "adagrad", "cpu_adamw")  # harness.deepspeed_targets._client_optimizer names
+OPTIMIZERS = ("adamw", "adagrad", "cpu_adamw")  # oracle.compare.deepspeed_targets._client_optimizer names
 WORLDS = (1, 2)
 DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
 N_STEPS, M_STEPS = 3, 2
@@ -102,7 +102,7 @@ class Spec:
         return f"scenario:{self.scenario}/world{self.world}" + (f"-{self.variant}" if self.variant else "")
 
     def repro(self) -> str:
-        cmd = (f"python -m harness.deepspeed_engine --only {self.target}/world{self.world} "
+        cmd = (f"python -m oracle.compare.deepspeed_engine --only {self.target}/world{self.world} "
                f"--scenario {self.scenario}")
         if self.variant:
             cmd += f" --variant {self.variant}"
@@ -630,7 +630,7 @@ def _spawn(specs, world, work, n, m, seed, timeout) -> list:
                "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
                "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         log = open(os.path.join(work, f"rank{r}.log"), "w")  # noqa: SIM115 - closed below
-        procs.append((subprocess.Popen([sys.executable, "-m", "harness.deepspeed_engine", "--worker", job],
+        procs.append((subprocess.Popen([sys.executable, "-m", "oracle.compare.deepspeed_engine", "--worker", job],
                                        env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT), log))
     deadline = time.monotonic() + timeout
     for p, log in procs:
@@ -692,7 +692,7 @@ def _select(specs, only):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--report-dir", help="write report.md and report.json here (harness.report.write)")
+    ap.add_argument("--report-dir", help="write report.md and report.json here (oracle.compare.report.write)")
     ap.add_argument("--only", action="append", default=[],
                     help="TARGET or TARGET/worldW, e.g. deepspeed.engine.zero0.bf16.adamw/world1 (repeatable)")
     ap.add_argument("--scenario", choices=SCENARIOS, action="append")
@@ -735,7 +735,7 @@ def main(argv=None) -> int:
             extra["fp16_supported_by_cpu_accelerator"] = bool(get_accelerator().is_fp16_supported())
         except Exception:  # noqa: BLE001, S110 - optional metadata
             pass
-        write(a.report_dir, results, ["python", "-m", "harness.deepspeed_engine", *(argv or sys.argv[1:])],
+        write(a.report_dir, results, ["python", "-m", "oracle.compare.deepspeed_engine", *(argv or sys.argv[1:])],
               complete=True, device="cpu", extra=extra)
     return 1 if any(r.status == "error" for r in results) else 0
 

@@ -68,7 +68,7 @@ transformer_engine.pytorch.optimizers.FusedAdam
             master_weights a fp32 "master_param" that the update runs on (masters=True).
             exp_avg_dtype=bf16 stores bf16 moments (fp32 math, copy_ on store); fp16/fp8
             moments are stored SCALED by a per-tensor factor (self._scales): not readable
-            as values by harness.readback, so not targets.
+            as values by oracle.compare.readback, so not targets.
   dtypes    fp32, fp16, bf16 params (a mix of fp16 and bf16 in one group raises).
 
 deepspeed.ops.adam.FusedAdam on CUDA (deepspeed 0.19.8: ops/adam/fused_adam.py,
@@ -95,7 +95,7 @@ deepspeed.ops.lamb.FusedLamb on CUDA (ops/lamb/fused_lamb.py, csrc/lamb/fused_la
   dtypes    fp32 params only: fp16 grads require fp32 params (kernel :371-374), bf16 is not
             dispatched.
   DeepSpeed picks its accelerator once per process: the CPU DeepSpeed targets set
-  DS_ACCELERATOR=cpu (harness.deepspeed_targets.configure_env), so these targets skip,
+  DS_ACCELERATOR=cpu (oracle.compare.deepspeed_targets.configure_env), so these targets skip,
   saying so, in a process that ran those.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each base computes in float32 and rounds what it stores once (p, m, v, sum),
 as torch's fused CPU kernels do, and declares its oracle convention through
-the ORACLE_* class attributes that harness.targets.load_impl reads. Every
+the ORACLE_* class attributes that oracle.compare.targets.load_impl reads. Every
 stage a real library got wrong is a small method, so a mutant overrides one
 method and nothing else:
 
@@ -125,7 +125,7 @@ class TorchAdamW(_Base):
     ORACLE_OPTIONS = frozenset({"amsgrad", "maximize"})
     DECOUPLED = True
     # torch uses a float32 tensor, exact only up to 2**24 (declared for torch.* targets by
-    # harness.scenarios); float64, as torch under a float64 default dtype, stays exact.
+    # oracle.compare.scenarios); float64, as torch under a float64 default dtype, stays exact.
     STEP_DTYPE = torch.float64
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,

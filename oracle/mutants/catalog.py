@@ -1,4 +1,4 @@
-"""The mutants: each a correct base (mutants.base) with exactly one defect that
+"""The mutants: each a correct base (oracle.mutants.base) with exactly one defect that
 shipped in a widely used library.
 
 Every class declares

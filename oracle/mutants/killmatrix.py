@@ -1,12 +1,12 @@
-"""The mutation gate: run the whole suite against every mutant (mutants.catalog,
-mutants.wrappers) and every correct control, and print a kill matrix.
+"""The mutation gate: run the whole suite against every mutant (oracle.mutants.catalog,
+oracle.mutants.wrappers) and every correct control, and print a kill matrix.
 
 `python -m oracle.mutants` (see main()). Every entry runs the same suite:
 
-  the case matrix   every PLAN row of its optimizer (harness.cases) in fp32 and bf16,
-                    with all five checks of harness.run (lockstep, trajectory,
+  the case matrix   every PLAN row of its optimizer (oracle.compare.cases) in fp32 and bf16,
+                    with all five checks of oracle.compare.run (lockstep, trajectory,
                     counters, schema, roundtrip);
-  the scenarios     every scenario of harness.scenarios except rank_skew (real
+  the scenarios     every scenario of oracle.compare.scenarios except rank_skew (real
                     multi-process runs, 30-40 s per target on 2 cores; its in-process
                     counterpart is the "rank_skew" layout of the matrix), which
                     `--scenarios all` adds.
@@ -18,7 +18,7 @@ same INNER runs in that control's construction scenario.
 Verdicts: a mutant is "killed" when any check fails (a crash counts, and is shown
 as "error"); "SURVIVED" otherwise: the suite has a blind spot to fix (a new input,
 a new check, a tighter bound), never the mutant. A control or a torch reference
-"passes" or has a "FALSE POSITIVE"; a failure that harness.scenarios lists in
+"passes" or has a "FALSE POSITIVE"; a failure that oracle.compare.scenarios lists in
 KNOWN (a real defect of torch itself) is shown as "known defect". GPU-only
 mutants are listed, and run only with --device cuda.
 
@@ -52,13 +52,13 @@ class Entry:
     gpu_only: bool = False
     cls: object = None   # optimizer class (mutants, controls)
     wrapper: object = None  # wrapper class (wrapper mutants); cls is then the INNER optimizer
-    builtin: str = ""    # a harness.targets builtin name (references)
+    builtin: str = ""    # a oracle.compare.targets builtin name (references)
 
     def target(self):
         if self.builtin:
-            from .targets import builtin_targets
+            from oracle.compare.targets import builtin_targets
             return next(t for t in builtin_targets() if t.name == self.builtin)
-        from mutants import target_for
+        from oracle.mutants import target_for
         return target_for(self.cls)
 
 
@@ -77,9 +77,9 @@ class Row:
 
 
 def entries() -> list[Entry]:
-    from mutants.base import CONTROLS
-    from mutants.catalog import MUTANTS
-    from mutants.wrappers import WRAPPER_MUTANTS
+    from oracle.mutants.base import CONTROLS
+    from oracle.mutants.catalog import MUTANTS
+    from oracle.mutants.wrappers import WRAPPER_MUTANTS
     out = []
     for cls in MUTANTS:
         out.append(Entry(cls.__name__, "mutant", cls.ORACLE_OPTIMIZER, cls.PROVENANCE, cls.DESCRIPTION,
@@ -97,16 +97,16 @@ def entries() -> list[Entry]:
 
 
 def _scenarios():
-    """harness.scenarios, imported lazily (it imports the distributed machinery)."""
+    """oracle.compare.scenarios, imported lazily (it imports the distributed machinery)."""
     try:
-        from . import scenarios
+        from oracle.compare import scenarios
     except ImportError:
         return None
     return scenarios
 
 
 def _finding_dict(f, case: str) -> dict:
-    from .report import _num
+    from oracle.compare.report import _num
     return {"case": case, "check": f.check, "step": f.step, "tensor": f.tensor, "index": _num(f.index),
             "expected": _num(f.expected), "got": _num(f.got), "error_ulps": _num(f.error_ulps),
             "bound_ulps": _num(f.bound_ulps), "detail": f.detail}
@@ -114,8 +114,8 @@ def _finding_dict(f, case: str) -> dict:
 
 def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int):
     """(check prefix, CaseResult) for every case and scenario of the suite."""
-    from . import cases as C
-    from .run import run_case
+    from oracle.compare import cases as C
+    from oracle.compare.run import run_case
     target = entry.target()
     sc = _scenarios()
     if entry.wrapper is not None:
@@ -128,7 +128,7 @@ def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int):
 
 
 def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=None, steps: int = 20) -> Row:
-    from .report import repro_command
+    from oracle.compare.report import repro_command
     row = Row(entry)
     if entry.gpu_only and not device.startswith("cuda"):
         row.verdict = "gpu-only"
@@ -298,13 +298,13 @@ def markdown(rows, meta) -> str:
            "magnitude, against the derived bound.", "",
            "## Kill matrix", "", table(rows, "github"), "", "## Catalog", "", catalog_table(rows), ""]
     if s["known_defects"]:
-        out += ["## Known defects of the references (harness.scenarios.KNOWN)", ""]
+        out += ["## Known defects of the references (oracle.compare.scenarios.KNOWN)", ""]
         for name, known in s["known_defects"].items():
             for check, text in known.items():
                 out.append(f"- {name} `{check}`: {text}")
         out.append("")
-    out += ["## Reproduce", "", "Matrix findings reproduce with the repro command of harness.report "
-            "(`python -m oracle.compare --impl mutants.catalog:NAME --case CASE ...`).", ""]
+    out += ["## Reproduce", "", "Matrix findings reproduce with the repro command of oracle.compare.report "
+            "(`python -m oracle.compare --impl oracle.mutants.catalog:NAME --case CASE ...`).", ""]
     for r in rows:
         if r.repro:
             out.append(f"- {r.entry.name}: `{r.repro}`")
@@ -362,7 +362,7 @@ def main(argv=None) -> int:
             print(f"  {row.verdict:14s} {row.entry.name} ({row.seconds:.1f}s)", file=sys.stderr, flush=True)
 
     rows = run_all(selected, args.device, args.seed, names, args.steps, args.jobs, progress)
-    from .report import atomic_write, versions
+    from oracle.compare.report import atomic_write, versions
     meta = {"schema": "optimizer-oracle-killmatrix/1", "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": " ".join(["python -m oracle.mutants", *argv]), "device": args.device, "seed": args.seed,
             "steps": args.steps, "scenarios": names,
