@@ -1,28 +1,38 @@
-"""Float64 NumPy specification of Adam, AdamW, Adagrad and LAMB.
+"""Float64 NumPy specification of the optimizers (Adam, AdamW, Adagrad, LAMB, ...).
 
 Plain NumPy; importing this package never imports torch. Each optimizer is a
-module with a pure `step(params, grads, state, hparams, conv, scaling)`;
-`conv` holds the conventions implementations legitimately differ on.
+module with a pure `step(params, grads, state, hparams, conv, scaling)` and a
+`SPECS` record (oracle.spec); `conv` holds the conventions implementations
+legitimately differ on. `SPECS` below is every optimizer, found from those
+records, never listed by hand.
 """
-from . import adagrad, adam, lamb, storage
+from . import storage
 from .common import GradScaling, OptState
+from .spec import OptimizerSpec, registry
 
-# name -> (module, the convention the name means by default)
-OPTIMIZERS = {
-    "adam": (adam, adam.TORCH_ADAM),
-    "adamw": (adam, adam.TORCH_ADAMW),
-    "adagrad": (adagrad, adagrad.TORCH_ADAGRAD),
-    "lamb": (lamb, lamb.APEX_LAMB),
-}
+SPECS: dict[str, OptimizerSpec] = registry()
 
 
-def step(optimizer: str, params, grads, state, hparams, conv=None, scaling=None):
-    """Dispatch by optimizer name: one step, returns (new params, new state)."""
+def spec(optimizer: str) -> OptimizerSpec:
+    """The record of one optimizer; ValueError naming the known ones."""
     try:
-        module, default = OPTIMIZERS[optimizer]
+        return SPECS[optimizer]
     except KeyError:
-        raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {sorted(OPTIMIZERS)}") from None
-    return module.step(params, grads, state, hparams, default if conv is None else conv, scaling)
+        raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {sorted(SPECS)}") from None
 
 
-__all__ = ["OPTIMIZERS", "GradScaling", "OptState", "adagrad", "adam", "lamb", "step", "storage"]
+def step(optimizer: str, params, grads, state=None, hparams=None, conv=None, scaling=None):
+    """One step of the named optimizer; returns (new params, new state).
+
+    state=None starts from no state (before the first step); hparams=None
+    uses the optimizer's defaults for every group.
+    """
+    s = spec(optimizer)
+    if state is None:
+        state = OptState.empty(params)
+    if hparams is None:
+        hparams = [{} for _ in params]
+    return s.step(params, grads, state, hparams, s.convention if conv is None else conv, scaling)
+
+
+__all__ = ["SPECS", "GradScaling", "OptState", "OptimizerSpec", "spec", "step", "storage"]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .common import GradScaling, OptState, check_counter, check_range, drive, maybe_fp32
+from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "accumulator")
 EPS_MODES = ("outside", "inside")
@@ -95,3 +96,9 @@ def step(params, grads, state: OptState, hparams, conv: AdagradConvention = TORC
     hps = validate(hparams)
     return drive(params, grads, state, hps, conv.counter, scaling,
                  lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv))
+
+
+SPECS = (OptimizerSpec(name="adagrad", step=step, validate=validate, convention=TORCH_ADAGRAD, state_keys=("sum",), defaults=DEFAULTS,
+                       options=frozenset({"lr_decay", "initial_accumulator_value", "maximize"}),
+                       eager_state={"sum": "initial_accumulator_value"}, counter_hparams=("lr_decay",),
+                       summary="Adagrad (torch.optim.Adagrad)"),)

@@ -31,6 +31,7 @@ import numpy as np
 
 from .common import (GradScaling, OptState, bias_corrections, check_betas, check_counter, check_range, drive,
                      maybe_fp32)
+from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "decoupled_update")
 EPS_MODES = ("outside", "outside_corrected", "inside")
@@ -138,3 +139,13 @@ def step(params, grads, state: OptState, hparams, conv: AdamConvention = TORCH_A
     hps = validate(hparams)
     return drive(params, grads, state, hps, conv.counter, scaling,
                  lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv))
+
+
+def _spec(name, conv, summary):
+    return OptimizerSpec(name=name, step=step, validate=validate, convention=conv, state_keys=("exp_avg", "exp_avg_sq"),
+                         defaults=DEFAULTS, options=frozenset({"amsgrad", "maximize"}),
+                         optional_state={"max_exp_avg_sq": "amsgrad"}, summary=summary)
+
+
+SPECS = (_spec("adam", TORCH_ADAM, "Adam, L2 decay (torch.optim.Adam)"),
+         _spec("adamw", TORCH_ADAMW, "AdamW, decoupled decay (torch.optim.AdamW)"))

@@ -34,6 +34,7 @@ import numpy as np
 from .adam import moments
 from .common import (GradScaling, OptState, as_float64, bias_corrections, check_betas, check_counter, check_range,
                      check_structure, drive, maybe_fp32)
+from .spec import OptimizerSpec
 
 DECAYS = ("decoupled_update", "l2")
 BIAS_CORRECTIONS = ("moments", "step_size", "none")
@@ -131,3 +132,7 @@ def step(params, grads, state: OptState, hparams, conv: LambConvention = APEX_LA
     clip = clip_factor(arrays, inv_scale, hps[0]["max_grad_norm"]) if conv.global_clip and hps else 1.0
     return drive(params, grads, state, hps, conv.counter, scaling,
                  lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv, clip))
+
+
+SPECS = (OptimizerSpec(name="lamb", step=step, validate=validate, convention=APEX_LAMB, state_keys=("exp_avg", "exp_avg_sq"),
+                       defaults=DEFAULTS, summary="LAMB (apex FusedLAMB)"),)

@@ -151,7 +151,7 @@ def check_step(opt, groups, before, grads, expected_params, expected_state, mome
     assert [int(g["step"]) for g in opt.param_groups] == expected_state.group_step, f"{what}: counters"
     name, conv = convention_of(opt)
     for gi, ps in enumerate(groups):
-        hp = {**oracle.OPTIMIZERS[name][0].DEFAULTS, **before[3][gi]}
+        hp = {**oracle.SPECS[name].defaults, **before[3][gi]}
         t = expected_state.group_step[gi]
         for i, p in enumerate(ps):
             where = f"{what} group {gi} param {i}"

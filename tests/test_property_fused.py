@@ -168,7 +168,7 @@ def math_copy(opt, p):
 def oracle_step(opt, params, spec: StepSpec):
     """The oracle's step, on Bounded arrays, from the optimizer's state now."""
     name, conv = convention_of(opt)
-    module = oracle.OPTIMIZERS[name][0]
+    module = oracle.SPECS[name]
     bparams = [[Bounded(as_f64(math_copy(opt, p)), None, U) for p in ps] for ps in params]
     bgrads = [[None if p.grad is None else Bounded(as_f64(p.grad), None, U) for p in ps] for ps in params]
     state = OptState([int(g["step"]) for g in opt.param_groups],

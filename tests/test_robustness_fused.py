@@ -264,7 +264,7 @@ def test_corrupted_live_state_is_refused(cls, corrupt, match):
 def oracle_step(opt, groups):
     """The oracle's float64 step from the optimizer's own state (lockstep)."""
     name, conv = convention_of(opt)
-    module = oracle.OPTIMIZERS[name][0]
+    module = oracle.SPECS[name]
     params = [[as_f64(opt.state[p].get("master_param", p)) for p in ps] for ps in groups]
     grads = [[None if p.grad is None else as_f64(p.grad) for p in ps] for ps in groups]
     state = OptState([int(g["step"]) for g in opt.param_groups],

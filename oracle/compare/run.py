@@ -211,7 +211,7 @@ def check_trajectory(res: CheckResult, k, traj_params, traj_state, snap: Snapsho
 def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
     """Steps the target `case.steps` times with all per-step checks, then
     EXTRA_STEPS more unchecked; returns the optimizer and its params."""
-    module, _ = oracle.OPTIMIZERS[case.optimizer]
+    module = oracle.SPECS[case.optimizer]
     conv, compute = target.convention, target.compute_dtype(case.dtype)
     u = unit_roundoff(compute)
     hps = module.validate(case.group_hparams())

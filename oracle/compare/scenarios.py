@@ -135,7 +135,7 @@ class Lockstep:
     def __init__(self, target, opt, hparams: list[dict], values_check: CheckResult,
                  counters_check: CheckResult, label: str = "", inner=None):
         self.target, self.opt, self.inner = target, opt, inner if inner is not None else opt
-        self.module = oracle.OPTIMIZERS[target.optimizer][0]
+        self.module = oracle.SPECS[target.optimizer]
         self.hparams = list(hparams)
         self.values, self.counters, self.label = values_check, counters_check, label
         self.tracked = OptState.empty([g["params"] for g in self.inner.param_groups])

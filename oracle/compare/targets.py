@@ -99,7 +99,7 @@ def torch_targets() -> list[Target]:
     """torch.optim Adam, AdamW, Adagrad in forloop, foreach and fused form."""
     out = []
     for opt_name, cls in TORCH_CLASSES.items():
-        conv = oracle.OPTIMIZERS[opt_name][1]
+        conv = oracle.SPECS[opt_name].convention
         for path, flags, compute in (("forloop", {"foreach": False}, "storage"),
                                      ("foreach", {"foreach": True}, "storage"),
                                      ("fused", {"fused": True}, FUSED_COMPUTE[opt_name])):
@@ -165,10 +165,10 @@ def load_impl(spec: str, optimizer: str | None = None, convention=None) -> Targe
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"--impl {spec}: cannot import: {exc}") from exc
     opt = optimizer or getattr(obj, "ORACLE_OPTIMIZER", None) or infer_optimizer(obj)
-    if opt not in oracle.OPTIMIZERS:
+    if opt not in oracle.SPECS:
         raise ValueError(f"--impl {spec}: cannot tell which optimizer it implements; "
                          f"set ORACLE_OPTIMIZER on it or pass --optimizer")
-    conv = convention or getattr(obj, "ORACLE_CONVENTION", None) or oracle.OPTIMIZERS[opt][1]
+    conv = convention or getattr(obj, "ORACLE_CONVENTION", None) or oracle.SPECS[opt].convention
     options = getattr(obj, "ORACLE_OPTIONS", None)
     if options is None:
         params = inspect.signature(obj).parameters if callable(obj) else {}

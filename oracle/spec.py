@@ -1,0 +1,79 @@
+"""One declarative record per optimizer: what the specification says it is.
+
+Each update-rule module (adam, adagrad, lamb, ...) ends with
+
+    SPECS = (OptimizerSpec(name="adamw", step=step, convention=TORCH_ADAMW, ...),)
+
+and `registry()` collects them by importing every module of this package
+that defines SPECS. Nothing else lists optimizers: the comparison package,
+the CLI's choices and the mutants' checks all read this registry, so a new
+optimizer is one new module here (plus its comparison record,
+oracle/compare/optimizers/).
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """The specification's view of one optimizer.
+
+    name:        the name users type (`--optimizer adamw`).
+    step:        step(params, grads, state, hparams, conv, scaling) -> (params, state).
+    validate:    validate(hparams per group) -> the groups' hyperparameters with
+                 defaults filled in; ValueError naming the group otherwise.
+    convention:  the convention the name means when nothing else is declared
+                 (torch's for torch's optimizers, apex's for LAMB).
+    state_keys:  the array state every param carries once it has stepped,
+                 in torch's names (exp_avg, sum, momentum_buffer, ...).
+    optional_state: state keys present only when a hyperparameter is truthy,
+                 as {key: hyperparameter} (max_exp_avg_sq: amsgrad).
+    defaults:    every hyperparameter with its default; validation rejects
+                 any other key.
+    options:     hyperparameters that not every implementation accepts
+                 (a target lists the ones it has; cases needing others skip).
+    eager_state: state keys an implementation may create at construction,
+                 before any step, with their initial hyperparameter
+                 (torch Adagrad's `sum` <- initial_accumulator_value).
+    counter_hparams: hyperparameters whose effect depends on the step counter
+                 (lr_decay), so the long-horizon scenario can exercise them.
+    """
+
+    name: str
+    step: Callable
+    validate: Callable
+    convention: object
+    state_keys: tuple
+    defaults: dict
+    options: frozenset = frozenset()
+    optional_state: dict = field(default_factory=dict)
+    eager_state: dict = field(default_factory=dict)
+    counter_hparams: tuple = ()
+    summary: str = ""
+
+    def state_keys_for(self, hparams: dict) -> tuple:
+        """The array state keys a param carries under these hyperparameters."""
+        extra = tuple(k for k, hp in self.optional_state.items() if hparams.get(hp))
+        return self.state_keys + extra
+
+
+def registry() -> dict[str, OptimizerSpec]:
+    """Every optimizer the specification defines, by name, in module order."""
+    import oracle
+    out: dict[str, OptimizerSpec] = {}
+    for info in pkgutil.iter_modules(oracle.__path__):
+        if info.ispkg or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"oracle.{info.name}")
+        for spec in getattr(module, "SPECS", ()):
+            if spec.name in out:
+                raise RuntimeError(f"optimizer {spec.name!r} is specified twice")
+            out[spec.name] = spec
+    return out
+
+
+__all__ = ["OptimizerSpec", "registry"]
