@@ -1,6 +1,7 @@
 """Fused multi-tensor optimizers (C++ on CPU, CUDA on GPU) whose per-element
 math is written once (csrc/optim_math.h) and verified against the float64
-oracle. The conventions they implement are `CONVENTIONS`.
+oracle. The conventions they implement are `CONVENTIONS`; `OPTIMIZERS` maps
+each oracle optimizer name to the class and constructor flags that implement it.
 """
 from .adagrad import FusedAdagrad
 from .adam import FusedAdam
@@ -8,4 +9,12 @@ from .checkpoint import load_checkpoint
 from .conventions import CONVENTIONS, convention_of
 from .lamb import FusedLAMB
 
-__all__ = ["CONVENTIONS", "FusedAdagrad", "FusedAdam", "FusedLAMB", "convention_of", "load_checkpoint"]
+OPTIMIZERS = {
+    "adamw": (FusedAdam, {"adam_w_mode": True}),
+    "adam": (FusedAdam, {"adam_w_mode": False}),
+    "adagrad": (FusedAdagrad, {}),
+    "lamb": (FusedLAMB, {}),
+}
+
+__all__ = ["CONVENTIONS", "OPTIMIZERS", "FusedAdagrad", "FusedAdam", "FusedLAMB", "convention_of",
+           "load_checkpoint"]

@@ -189,6 +189,7 @@ class FusedOptimizer(torch.optim.Optimizer):
     # ------------------------------------------------------------ state schema
 
     MOMENTS: tuple = ()  # the state keys of the moments, in moment_dtype
+    OPTIONS: tuple = ()  # the oracle options (oracle.spec OptimizerSpec.options) this class implements
 
     def _state_spec(self, group: dict, p: torch.Tensor) -> dict:
         """key -> dtype of a param's state once it has stepped."""

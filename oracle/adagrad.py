@@ -11,7 +11,7 @@ order (Duchi et al. 2011; torch.optim.Adagrad's order of operations):
                                                accumulator only, as DeepSpeedCPUAdagrad was
                                                read in shared/reference/conventions.md; its
                                                0.19.8 kernel is in fact "l2", see
-                                               oracle/compare/deepspeed_targets.py)
+                                               oracle/compare/targets/deepspeed.py)
     std <- sqrt(h) + eps                       eps_mode="outside"  (torch, apex, DeepSpeed)
            sqrt(h + eps)                       eps_mode="inside"   (optax: rsqrt(h + eps))
     p   <- p - clr * g/std                     decay "l2" and "accumulator" (raw g in the numerator)

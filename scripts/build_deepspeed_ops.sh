@@ -2,7 +2,7 @@
 # Prebuild DeepSpeed's CPU optimizer ops (cpu_adam, cpu_adagrad, fused_adam) once
 # into a reusable torch-extensions cache, so tests and harness runs only load them.
 #
-#   scripts/build_deepspeed_ops.sh [DIR]        # default: oracle.compare.deepspeed_targets.default_extensions_dir()
+#   scripts/build_deepspeed_ops.sh [DIR]        # default: oracle.compare.targets.deepspeed.default_extensions_dir()
 #   OPS=cpu_adam,cpu_adagrad scripts/build_deepspeed_ops.sh
 #   PYTHON=.venv/bin/python scripts/build_deepspeed_ops.sh
 #
@@ -21,11 +21,11 @@ export DS_ACCELERATOR=cpu
 if [[ $# -ge 1 ]]; then
   export TORCH_EXTENSIONS_DIR="$1"
 elif [[ -z "${TORCH_EXTENSIONS_DIR:-}" ]]; then
-  TORCH_EXTENSIONS_DIR="$("$PY" -m oracle.compare.deepspeed_targets --print-dir)"
+  TORCH_EXTENSIONS_DIR="$("$PY" -m oracle.compare.targets.deepspeed --print-dir)"
   export TORCH_EXTENSIONS_DIR
 fi
 mkdir -p "$TORCH_EXTENSIONS_DIR"
 echo "building DeepSpeed CPU ops into $TORCH_EXTENSIONS_DIR" >&2
 start=$(date +%s)
-"$PY" -m oracle.compare.deepspeed_targets --build "$TORCH_EXTENSIONS_DIR" --ops "${OPS:-cpu_adam,cpu_adagrad,fused_adam}"
+"$PY" -m oracle.compare.targets.deepspeed --build "$TORCH_EXTENSIONS_DIR" --ops "${OPS:-cpu_adam,cpu_adagrad,fused_adam}"
 echo "total $(( $(date +%s) - start )) s; export TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR" >&2

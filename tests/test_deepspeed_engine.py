@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-dst = pytest.importorskip("oracle.compare.deepspeed_targets")
+dst = pytest.importorskip("oracle.compare.targets.deepspeed")
 dst.configure_env()
 pytest.importorskip("deepspeed")
 if dst.deepspeed_unavailable():

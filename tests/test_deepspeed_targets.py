@@ -1,7 +1,7 @@
 """DeepSpeed CPU optimizers and engine wrappers against the oracle.
 
 Skipped when deepspeed is not installed. The CPU ops are JIT-built into
-TORCH_EXTENSIONS_DIR (default: oracle.compare.deepspeed_targets.default_extensions_dir())
+TORCH_EXTENSIONS_DIR (default: oracle.compare.targets.deepspeed.default_extensions_dir())
 on first use (~4 min on 2 cores for all three); prebuild them with
 scripts/build_deepspeed_ops.sh. With the ops built this file runs in ~30 s.
 """
@@ -14,7 +14,7 @@ import oracle
 from oracle.common import OptState
 from oracle.storage import round_to, scaled_ulps
 
-dst = pytest.importorskip("oracle.compare.deepspeed_targets")
+dst = pytest.importorskip("oracle.compare.targets.deepspeed")
 if dst.deepspeed_unavailable():
     pytest.skip(dst.deepspeed_unavailable(), allow_module_level=True)
 

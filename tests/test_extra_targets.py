@@ -1,4 +1,4 @@
-"""bitsandbytes 32-bit optimizers and torchao's _AdamW on CPU (oracle.compare.extra_targets).
+"""bitsandbytes 32-bit optimizers and torchao's _AdamW on CPU (oracle.compare.targets.extra).
 
 When a library is missing or unusable the adapter must skip with its reason.
 When it runs, the fp32 case matrix is compared with the oracle; what the suite
@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from oracle.compare import extra_targets as X
+from oracle.compare.targets import extra as X
 from oracle.compare.cases import cases
 from oracle.compare.run import run_case
 from oracle.adam import TORCH_ADAM

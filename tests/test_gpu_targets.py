@@ -1,4 +1,4 @@
-"""CUDA-only adapters (oracle.compare.gpu_targets): on CPU, listing and skipping; on a
+"""CUDA-only adapters (oracle.compare.targets.gpu): on CPU, listing and skipping; on a
 CUDA machine (tox -e gpu), one fp32 case per available target must not crash."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from oracle.compare import gpu_targets as G
+from oracle.compare.targets import gpu as G
 from oracle.compare.cases import cases
 from oracle.compare.run import run_case
 
@@ -55,7 +55,7 @@ def test_requires_never_raises_for_odd_devices():
 
 
 def test_importing_and_listing_imports_no_third_party_library():
-    code = ("import sys; from oracle.compare.gpu_targets import gpu_targets; ts = gpu_targets(); "
+    code = ("import sys; from oracle.compare.targets.gpu import gpu_targets; ts = gpu_targets(); "
             "[t.notes for t in ts]; "
             f"bad = [m for m in sys.modules if m.split('.')[0] in {THIRD_PARTY!r}]; "
             "print(bad); sys.exit(1 if bad else 0)")
@@ -64,7 +64,7 @@ def test_importing_and_listing_imports_no_third_party_library():
 
 
 def test_translation_refuses_what_a_library_lacks():
-    from oracle.compare.extra_targets import translate
+    from oracle.compare.targets.extra import translate
     assert translate({"lr": 1, "amsgrad": False, "foreach": None, "maximize": False}, {"lr"}, "x", "d") == {"lr": 1}
     with pytest.raises(ValueError, match="amsgrad"):
         translate({"amsgrad": True}, {"lr"}, "apex FusedAdam", "defaults")

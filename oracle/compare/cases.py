@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import oracle
 from oracle.storage import round_to
+
+from .optimizers import record, records
 
 DTYPES = ("float32", "bfloat16", "float16")
 SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -59,17 +62,6 @@ REGIMES = {
     "lr0_zero_grads": Regime(zero_grad_fraction=0.5, hparams={"lr": 0.0},
                              doc="lr = 0 where v = 0: forms dividing by lr give 0/0 (PyTorch #126514)"),
 }
-# fp16 holds v = (1-b2)*g^2 only for |g| >~ 0.25 (min normal 6e-5): below that a
-# path that stores v in fp16 divides by an underflowed v (torch's own tests
-# force eps = 0.1 for fp16). fp16 cases use unit-scale grads, and "tiny" means
-# |g| ~ eps at that scale.
-# eps itself must be an fp16 normal number for paths that add it in fp16
-# (1e-8 rounds to 0 there and m/0 gives inf): fp16 cases use eps >= FP16_MIN_EPS.
-FP16_GRAD_SCALE = 1.0
-FP16_MIN_EPS = 1e-4
-FP16_TINY = {"grad_scale": 0.3, "eps": 0.3}
-
-
 @dataclass(frozen=True)
 class Case:
     optimizer: str
@@ -88,10 +80,13 @@ class Case:
     def base_hparams(self) -> dict:
         """The config's hyperparameters with the regime's on top: what the
         constructor gets (some options, e.g. LAMB's max_grad_norm and torch
-        Adagrad's initial_accumulator_value, are read only from there)."""
-        base = {**self.hparams, **REGIMES[self.regime].hparams}
-        if self.dtype == "float16":
-            base["eps"] = FP16_TINY["eps"] if self.regime == "tiny_grads" else max(base.get("eps", 0.0), FP16_MIN_EPS)
+        Adagrad's initial_accumulator_value, are read only from there).
+        Regime hyperparameters the optimizer does not have are left out."""
+        spec, policy = oracle.SPECS[self.optimizer], record(self.optimizer).fp16
+        base = {**self.hparams, **{k: v for k, v in REGIMES[self.regime].hparams.items() if k in spec.defaults}}
+        if self.dtype == "float16" and "eps" in spec.defaults:
+            base["eps"] = (policy.tiny["eps"] if self.regime == "tiny_grads"
+                           else max(base.get("eps", spec.defaults["eps"]), policy.min_eps))
         return base
 
     def group_hparams(self) -> list[dict]:
@@ -102,58 +97,20 @@ class Case:
         return [{**base, **({"weight_decay": 0.0} if g == nd else {})} for g in range(len(groups))]
 
 
-# Hyperparameter configs per optimizer, each with the options it needs.
-CONFIGS = {
-    "adam": {
-        "wd0": ({"lr": 1e-3, "weight_decay": 0.0}, ()),
-        "wd0.1": ({"lr": 1e-2, "weight_decay": 0.1}, ()),
-        "amsgrad": ({"lr": 1e-2, "weight_decay": 0.1, "amsgrad": True}, ("amsgrad",)),
-        "maximize": ({"lr": 1e-3, "weight_decay": 0.1, "maximize": True}, ("maximize",)),
-        "betas": ({"lr": 3e-3, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.1}, ()),
-    },
-    "adagrad": {
-        "wd0": ({"lr": 1e-2}, ()),
-        "wd0.1": ({"lr": 1e-2, "weight_decay": 0.1}, ()),
-        "lr_decay": ({"lr": 1e-1, "lr_decay": 0.05}, ("lr_decay",)),
-        "init_acc": ({"lr": 1e-2, "initial_accumulator_value": 0.1, "weight_decay": 0.1},
-                     ("initial_accumulator_value",)),
-        "maximize": ({"lr": 1e-2, "maximize": True}, ("maximize",)),
-    },
-    "lamb": {
-        "wd0.01": ({"lr": 1e-2, "weight_decay": 0.01}, ()),
-        "wd0": ({"lr": 1e-2, "weight_decay": 0.0}, ()),
-        "clip": ({"lr": 1e-2, "weight_decay": 0.1, "max_grad_norm": 0.05}, ()),
-        "no_averaging": ({"lr": 1e-3, "weight_decay": 0.1, "grad_averaging": False}, ()),
-    },
-}
-CONFIGS["adamw"] = CONFIGS["adam"]
-
-# (config, layout, regime) triples: every config, layout and regime appears,
-# and each regime is paired with the config whose convention it exposes.
-PLAN = {
-    "adam": [("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
-             ("wd0.1", "empty_group", "large_decay"), ("wd0.1", "rank_skew", "small_params"),
-             ("amsgrad", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
-             ("wd0.1", "scalar", "lr0"), ("betas", "many_shapes", "tiny_grads"),
-             ("amsgrad", "grad_none", "large_decay"), ("wd0", "scalar", "lr0_zero_grads")],
-    "adagrad": [("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
-                ("wd0.1", "empty_group", "large_decay"), ("lr_decay", "rank_skew", "small_params"),
-                ("init_acc", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
-                ("wd0.1", "scalar", "lr0"), ("init_acc", "many_shapes", "tiny_grads")],
-    "lamb": [("wd0.01", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
-             ("clip", "empty_group", "large_decay"), ("wd0.01", "rank_skew", "small_params"),
-             ("no_averaging", "zero_numel_last", "normal"), ("clip", "grad_none", "zero_grads"),
-             ("wd0.01", "scalar", "lr0"), ("wd0", "many_shapes", "small_params")],
-}
-PLAN["adamw"] = PLAN["adam"]
+def needed_options(optimizer: str, hparams: dict) -> frozenset:
+    """The options a config needs: its keys that the spec lists as options,
+    set to something other than their default."""
+    spec = oracle.SPECS[optimizer]
+    return frozenset(k for k, v in hparams.items() if k in spec.options and v != spec.defaults.get(k))
 
 
 def cases(optimizer: str, dtypes=DTYPES, steps: int = 20, pattern: str | None = None) -> list[Case]:
     out = []
+    rec = record(optimizer)
     for dtype in dtypes:
-        for config, layout, regime in PLAN[optimizer]:
-            hp, options = CONFIGS[optimizer][config]
-            case = Case(optimizer, dtype, config, hp, layout, regime, steps, frozenset(options))
+        for config, layout, regime in rec.plan:
+            hp = rec.configs[config]
+            case = Case(optimizer, dtype, config, hp, layout, regime, steps, needed_options(optimizer, hp))
             if pattern is None or fnmatch.fnmatch(case.name, pattern) or pattern in case.name:
                 out.append(case)
     return out
@@ -162,7 +119,7 @@ def cases(optimizer: str, dtypes=DTYPES, steps: int = 20, pattern: str | None = 
 def find_case(name: str, steps: int = 20) -> Case:
     """The case with exactly this name (as printed in reports)."""
     optimizer = name.split("/")[0]
-    if optimizer not in PLAN:
+    if optimizer not in records():
         raise ValueError(f"no case named {name!r}")
     for case in cases(optimizer, steps=steps):
         if case.name == name:
@@ -198,7 +155,8 @@ def grads_at(case: Case, seed: int, step: int) -> list[list]:
     regime = REGIMES[case.regime]
     scale = regime.grad_scale
     if case.dtype == "float16":
-        scale = FP16_TINY["grad_scale"] if case.regime == "tiny_grads" else max(scale, FP16_GRAD_SCALE)
+        policy = record(case.optimizer).fp16
+        scale = policy.tiny["grad_scale"] if case.regime == "tiny_grads" else max(scale, policy.grad_scale)
     rng = _rng(seed, case, "grads", step)
     none = LAYOUTS[case.layout].get("grad_none", {})
     out = []

@@ -5,14 +5,13 @@ Exit status: 0 all checks pass, 1 any mismatch or crashed target, 2 usage error.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import os
 import sys
 import time
 from dataclasses import dataclass
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-OPTIMIZERS = ("adam", "adamw", "adagrad", "lamb")
+DEFAULT_OPTIMIZER = "adamw"
 
 
 class UsageError(Exception):
@@ -20,11 +19,12 @@ class UsageError(Exception):
 
 
 def parser() -> argparse.ArgumentParser:
+    from .optimizers import records
     p = argparse.ArgumentParser(
         prog="python -m oracle.compare",
         description="Compare optimizer implementations with the float64 oracle and write mismatch reports.")
     p.add_argument("--optimizer", action="append", metavar="NAME",
-                   help="adam, adamw, adagrad, lamb or all (repeatable; default adamw)")
+                   help=f"{', '.join(records())} or all (repeatable; default {DEFAULT_OPTIMIZER})")
     p.add_argument("--impl", action="append", default=[], metavar="MODULE:NAME",
                    help="a user optimizer: a torch.optim.Optimizer subclass (or factory) with torch's constructor "
                         "signature; repeatable. When given, only these implementations run (plus --target ones)")
@@ -53,51 +53,43 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def select_targets(args, optimizers):
+def select_targets(args, optimizers, explicit_optimizer: bool):
     from . import targets as T
-    if args.impl:
-        chosen = []
-        for spec in args.impl:
-            try:
-                chosen.append(T.load_impl(spec, optimizer=optimizers[0] if len(optimizers) == 1 else None))
-            except ValueError as exc:
-                raise UsageError(str(exc)) from exc
-    else:
-        chosen = []
-    every = every_target()
+    chosen = []
+    for spec in args.impl:
+        try:
+            chosen.append(T.load_impl(spec, optimizer=optimizers[0] if explicit_optimizer and len(optimizers) == 1
+                                      else None))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
     if args.target or not args.impl:
-        patterns = args.target or ["*"]
-        picked = [t for t in every if t.optimizer in optimizers and any(fnmatch.fnmatch(t.name, p) for p in patterns)
-                  and (t.in_default or args.target)]
+        picked = T.select(args.target or ["*"], optimizers, explicit=bool(args.target))
         if args.target and not picked:
-            raise UsageError(f"no target matches {args.target}; known: {', '.join(t.name for t in every)}")
+            raise UsageError(f"no target matches {args.target}; known: "
+                             f"{', '.join(t.name for t in T.every_target())}")
         chosen += picked
     return chosen
 
 
-def every_target():
-    """Built-in targets plus third-party ones (each skips itself, with the reason, when its
-    library or device is missing; listing them imports none of those libraries)."""
-    from . import targets as T
-    from .deepspeed_targets import deepspeed_targets
-    from .extra_targets import extra_targets
-    from .gpu_targets import gpu_targets
-    return T.builtin_targets() + deepspeed_targets() + extra_targets() + gpu_targets()
-
-
 def parse(argv):
+    import oracle
+    from .optimizers import records
     args = parser().parse_args(argv)
-    opts = args.optimizer or ["adamw"]
-    optimizers = list(OPTIMIZERS) if "all" in opts else opts
-    bad = [o for o in optimizers if o not in OPTIMIZERS]
+    known = list(records())
+    opts = args.optimizer or [DEFAULT_OPTIMIZER]
+    optimizers = known if "all" in opts else list(dict.fromkeys(opts))
+    bad = [o for o in optimizers if o not in known]
     if bad:
-        raise UsageError(f"unknown optimizer {bad[0]!r}; choose from {', '.join(OPTIMIZERS)} or all")
+        raise UsageError(f"unknown optimizer {bad[0]!r}; choose from {', '.join(known)} or all"
+                         + (" (the oracle specifies it, but it has no comparison record)" if bad[0] in oracle.SPECS
+                            else ""))
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
     if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
         raise UsageError(f"--device must be cpu or cuda, got {args.device!r}")
+    args.explicit_optimizer = bool(args.optimizer) and "all" not in args.optimizer
     return args, optimizers
 
 
@@ -131,7 +123,7 @@ def plan(args, optimizers):
     from oracle.storage import canonical
     from . import cases as C
     dtypes = tuple(canonical(d) for d in args.dtype) if args.dtype else C.DTYPES
-    targets = select_targets(args, optimizers)
+    targets = select_targets(args, optimizers, args.explicit_optimizer)
     scenarios, matrix = scenario_names(args)
     work, skipped = [], []
     for target in targets:

@@ -50,11 +50,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .checks import CheckResult, Finding
-from .run import CaseResult, _plain
+from .bitwise import compare_bits, plain as _plain
+from .run import CaseResult
 
 SCENARIOS = ("engine_construction", "engine_roundtrip")
 ZERO_STAGES = (0, 1)
-OPTIMIZERS = ("adamw", "adagrad", "cpu_adamw")  # oracle.compare.deepspeed_targets._client_optimizer names
+OPTIMIZERS = ("adamw", "adagrad", "cpu_adamw")  # oracle.compare.targets.deepspeed._client_optimizer names
 WORLDS = (1, 2)
 DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
 N_STEPS, M_STEPS = 3, 2
@@ -129,7 +130,7 @@ def matrix(scenarios=SCENARIOS, zeros=ZERO_STAGES, optimizers=OPTIMIZERS, worlds
 
 def _engine_class():
     """EngineRun, one rank's engine (world_size set from the spec)."""
-    from .deepspeed_targets import EngineRun
+    from .targets.deepspeed import EngineRun
 
     def engine(optimizer, zero_stage, dtype, world):
         return EngineRun(optimizer, zero_stage, dtype, world_size=world)
@@ -140,7 +141,7 @@ def init_dist() -> tuple[int, int]:
     """torch.distributed over gloo: world size 1 in this process unless RANK/WORLD_SIZE are set."""
     from datetime import timedelta
 
-    from .deepspeed_targets import configure_env, init_single_process
+    from .targets.deepspeed import configure_env, init_single_process
     configure_env()
     if "WORLD_SIZE" in os.environ and os.environ["WORLD_SIZE"] != "1":
         import deepspeed
@@ -245,41 +246,8 @@ def snapshot(run, rank: int) -> dict:
 
 def compare_snapshots(res: CheckResult, step, want: dict, got: dict, detail: str) -> None:
     """Bit-for-bit equality; a name present on one side only is a finding (every counter must exist)."""
-    import torch
+    compare_bits(res, step, want, got, detail, strict=True, keep=8)
 
-    from .checks import same_bits
-    for name in sorted(set(want) | set(got)):
-        res.compared += 1
-        if name not in got or name not in want:
-            res.fail(Finding(res.check, step, name, expected="<absent>" if name not in want else _plain(want[name]),
-                             got="<absent>" if name not in got else _plain(got[name]),
-                             detail=f"{detail}: present on one side only"), keep=8)
-            continue
-        a, b = want[name], got[name]
-        if torch.is_tensor(a) and torch.is_tensor(b) and a.numel() > 1:
-            if not same_bits(a, b):
-                if a.dtype != b.dtype or a.shape != b.shape:
-                    res.fail(Finding(res.check, step, name, expected=f"{a.dtype} {tuple(a.shape)}",
-                                     got=f"{b.dtype} {tuple(b.shape)}", detail=detail), keep=8)
-                    continue
-                x, y = a.double().reshape(-1), b.double().reshape(-1)
-                diff = (x != y) & ~(x.isnan() & y.isnan())
-                idx = int(diff.nonzero()[0]) if diff.any() else 0
-                res.fail(Finding(res.check, step, name, (idx,), float(x[idx]), float(y[idx]),
-                                 detail=f"{detail}: {int(diff.sum())} of {x.numel()} elements differ"
-                                        + ("" if diff.any() else " (bit pattern only, e.g. -0.0/NaN payload)")),
-                         keep=8)
-        else:
-            pa, pb = _plain(a), _plain(b)
-            if type(pa) is not type(pb) and not (isinstance(pa, (int, float)) and isinstance(pb, (int, float))):
-                ok = False
-            else:
-                ok = pa == pb or (isinstance(pa, float) and isinstance(pb, float) and np.isnan(pa) and np.isnan(pb))
-            if not ok:
-                res.fail(Finding(res.check, step, name, expected=pa, got=pb, detail=detail), keep=8)
-
-
-# --- scenarios -------------------------------------------------------------------
 
 def construction_checks(spec: Spec, rank: int) -> dict:
     from oracle.storage import round_to
@@ -508,7 +476,7 @@ def _known(spec: Spec, check: str) -> str | None:
 
 
 def _unsupported(spec: Spec) -> str | None:
-    from .deepspeed_targets import deepspeed_unavailable, op_unavailable
+    from .targets.deepspeed import deepspeed_unavailable, op_unavailable
     reason = deepspeed_unavailable()
     if reason:
         return reason
@@ -525,7 +493,7 @@ def _unsupported(spec: Spec) -> str | None:
 
 def to_result(spec: Spec, per_rank: list, n: int = N_STEPS, m: int = M_STEPS, seed: int = SEED) -> CaseResult:
     """Merge the ranks' (checks, seconds, error) for one spec into a CaseResult."""
-    from .deepspeed_targets import DEFAULT_HPARAMS
+    from .targets.deepspeed import DEFAULT_HPARAMS
     steps = 0 if spec.scenario == "engine_construction" else n + m
     r = CaseResult(spec.target, spec.case, OPTIMIZER_KIND[spec.optimizer], spec.dtype,
                    [dict(h) for h in DEFAULT_HPARAMS], seed, steps)
@@ -564,7 +532,7 @@ def to_result(spec: Spec, per_rank: list, n: int = N_STEPS, m: int = M_STEPS, se
 
 
 def skip_result(spec: Spec, reason: str, n: int = N_STEPS, m: int = M_STEPS, seed: int = SEED) -> CaseResult:
-    from .deepspeed_targets import DEFAULT_HPARAMS
+    from .targets.deepspeed import DEFAULT_HPARAMS
     r = CaseResult(spec.target, spec.case, OPTIMIZER_KIND[spec.optimizer], spec.dtype,
                    [dict(h) for h in DEFAULT_HPARAMS], seed, 0 if spec.scenario == "engine_construction" else n + m)
     r.status, r.reason = "skip", reason

@@ -20,14 +20,8 @@ STARTUP_TIMEOUT = 120.0  # importing torch on a busy 2-core machine
 def resolve_target(name: str, optimizer: str):
     """Rebuild a target from its name inside the worker (targets hold
     closures and do not pickle)."""
-    from . import targets as T
-    if name.startswith("impl:"):
-        return T.load_impl(name[5:], optimizer=optimizer)
-    from .cli import every_target
-    for target in every_target():
-        if target.name == name:
-            return target
-    raise LookupError(f"no target named {name!r}")
+    from .targets import find
+    return find(name, optimizer)
 
 
 SCENARIO_PREFIX = "scenario:"

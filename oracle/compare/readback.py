@@ -6,19 +6,23 @@ or param_group["step"] (per group). Nothing here writes to the optimizer.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-# canonical name -> names implementations use for it
-ALIASES = {
-    "exp_avg": ("exp_avg",),
-    "exp_avg_sq": ("exp_avg_sq",),
-    "max_exp_avg_sq": ("max_exp_avg_sq",),
-    "sum": ("sum",),
-    "master_param": ("master_param", "master", "fp32_param", "master_weight"),
-}
+# Every state key some optimizer's spec defines reads under its own name;
+# master weights under the names libraries give them.
+MASTER_ALIASES = ("master_param", "master", "fp32_param", "master_weight")
+
+
+@functools.cache
+def aliases() -> dict:
+    """canonical name -> the names implementations use for it."""
+    import oracle
+    keys = {k for s in oracle.SPECS.values() for k in (*s.state_keys, *s.optional_state)}
+    return {**{k: (k,) for k in sorted(keys)}, "master_param": MASTER_ALIASES}
 
 
 def to_numpy(t) -> np.ndarray:
@@ -61,7 +65,7 @@ def read(opt: torch.optim.Optimizer, rename=()) -> Snapshot:
     """`rename`: (implementation key, canonical name) pairs for names that
     mean something else elsewhere (DeepSpeed's Adagrad keeps `sum` as "exp_avg_sq")."""
     snap = Snapshot([], [], [], [], [], [], [], [], [])
-    reverse = {alias: canon for canon, names in ALIASES.items() for alias in names} | dict(rename)
+    reverse = {alias: canon for canon, names in aliases().items() for alias in names} | dict(rename)
     for group in opt.param_groups:
         row = [[] for _ in range(7)]
         for p in group["params"]:

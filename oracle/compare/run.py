@@ -23,15 +23,15 @@ from oracle.common import OptState
 from oracle.storage import quantum, round_to
 
 from . import cases as C
-from .checks import CheckResult, Finding, coarser, compare_exact, compare_tensor, same_bits, tolerance
+from .bitwise import compare_bits, state_bits
+from .checks import CheckResult, Finding, coarser, compare_tensor
 from .errmodel import Bounded, unit_roundoff
+from .lockstep import Lockstep
 from .readback import Snapshot, counter_location, math_params
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float64": torch.float64}
 CHECKS = ("lockstep", "trajectory", "counters", "schema", "roundtrip")
-STATE_KEYS = {"adam": ("exp_avg", "exp_avg_sq"), "adamw": ("exp_avg", "exp_avg_sq"), "adagrad": ("sum",),
-              "lamb": ("exp_avg", "exp_avg_sq")}
 EXTRA_STEPS = 3  # continuation length after a checkpoint reload
 
 
@@ -70,72 +70,7 @@ def set_grads(params, grads) -> None:
             p.grad = None if g is None else torch.tensor(g, dtype=p.dtype, device=p.device)
 
 
-def bounded(x, u):
-    return None if x is None else Bounded(x, None, u)
-
-
-def oracle_input(snap: Snapshot, tracked: OptState, u: float) -> OptState:
-    """The target's arrays with the oracle's own counters."""
-    params = []
-    for g, sts in enumerate(snap.state):
-        row = []
-        for i, st in enumerate(sts):
-            entry = {k: bounded(v, u) for k, v in st.items() if k != "master_param"}
-            if "step" in tracked.params[g][i]:
-                entry["step"] = tracked.params[g][i]["step"]
-            row.append(entry)
-        params.append(row)
-    return OptState(list(tracked.group_step), params)
-
-
-def counters_only(state: OptState) -> OptState:
-    return OptState(list(state.group_step),
-                    [[{"step": st["step"]} if "step" in st else {} for st in group] for group in state.params])
-
-
 # --- checks ----------------------------------------------------------------
-
-def check_step(res: dict, k: int, case, target, before: Snapshot, after: Snapshot, exp_params, exp_state):
-    """Lockstep comparison of one step."""
-    compute = target.compute_dtype(case.dtype)
-    got_params, old_params = math_params(after), math_params(before)
-    for g, group in enumerate(exp_params):
-        for i, ep in enumerate(group):
-            has_master = "master_param" in after.state[g][i]
-            storage = after.dtypes[g][i]["master_param" if has_master else "param"]
-            tol = tolerance(ep.e, ep.v, storage, compute)
-            compare_tensor(res["lockstep"], k, f"group {g} param {i} {'master' if has_master else 'param'}",
-                           ep.v, got_params[g][i], old_params[g][i], tol, storage)
-            if has_master:
-                rounded = round_to(after.state[g][i]["master_param"], after.dtypes[g][i]["param"])
-                compare_tensor(res["lockstep"], k, f"group {g} param {i} param (= master rounded)",
-                               rounded, after.params[g][i], before.params[g][i], 0.0, after.dtypes[g][i]["param"],
-                               power=False)
-            for key, ev in exp_state.params[g][i].items():
-                if key == "step":
-                    continue
-                if key not in after.state[g][i]:
-                    res["schema"].fail(Finding("schema", k, f"group {g} param {i} {key}", detail="missing"))
-                    continue
-                storage = after.dtypes[g][i][key]
-                old = before.state[g][i].get(key, np.zeros_like(ev.v))
-                compare_tensor(res["lockstep"], k, f"group {g} param {i} {key}", ev.v, after.state[g][i][key],
-                               old, tolerance(ev.e, ev.v, storage, compute), storage)
-
-
-def check_counters(res: CheckResult, k: int, conv, tracked: OptState, snap: Snapshot) -> None:
-    if conv.counter == "group":
-        for g, want in enumerate(tracked.group_step):
-            got = snap.group_steps[g]
-            detail = "" if got is not None else "missing in param_groups (would be saved as null)"
-            compare_exact(res, k, f"group {g} step", want, got, detail)
-        return
-    for g, sts in enumerate(tracked.params):
-        for i, st in enumerate(sts):
-            want, got = st.get("step", 0), snap.param_steps[g][i]
-            got = 0 if got is None and want == 0 else got
-            compare_exact(res, k, f"group {g} param {i} step", want, got)
-
 
 def check_schema(res: CheckResult, case, target, opt, snap: Snapshot, touched) -> None:
     """State keys, dtypes, shapes and devices as the target's convention says."""
@@ -143,9 +78,7 @@ def check_schema(res: CheckResult, case, target, opt, snap: Snapshot, touched) -
     if where is not None and where != target.convention.counter:
         res.fail(Finding("schema", None, "counters", expected=target.convention.counter, got=where,
                          detail="counter location differs from the declared convention"))
-    keys = list(STATE_KEYS[case.optimizer])
-    if case.optimizer in ("adam", "adamw") and case.hparams.get("amsgrad"):
-        keys.append("max_exp_avg_sq")
+    keys = list(oracle.SPECS[case.optimizer].state_keys_for(case.base_hparams()))
     for g, sts in enumerate(snap.state):
         for i, st in enumerate(sts):
             if not touched[g][i]:
@@ -211,13 +144,13 @@ def check_trajectory(res: CheckResult, k, traj_params, traj_state, snap: Snapsho
 def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
     """Steps the target `case.steps` times with all per-step checks, then
     EXTRA_STEPS more unchecked; returns the optimizer and its params."""
-    module = oracle.SPECS[case.optimizer]
-    conv, compute = target.convention, target.compute_dtype(case.dtype)
+    spec = oracle.SPECS[case.optimizer]
+    compute = target.compute_dtype(case.dtype)
     u = unit_roundoff(compute)
-    hps = module.validate(case.group_hparams())
+    hps = spec.validate(case.group_hparams())
     params = make_params(case, seed, device)
     opt = build(target, case, params)
-    tracked = OptState.empty(params)
+    ls = Lockstep(target, opt, case.group_hparams(), res["lockstep"], res["counters"], schema=res["schema"])
     # The trajectory starts from the oracle's own initial state (Adagrad's
     # accumulator = the group's initial_accumulator_value), not the target's.
     traj_params = [[Bounded(p, None, u) for p in group] for group in C.initial_params(case, seed)]
@@ -229,21 +162,12 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
         if k > case.steps:
             opt.step()
             continue
-        before = target.read(opt)
-        bgrads = [[bounded(g, u) for g in gs] for gs in grads]
-        exp_params, exp_state = module.step(
-            [[Bounded(p, None, u) for p in group] for group in math_params(before)],
-            bgrads, oracle_input(before, tracked, u), hps, conv)
-        opt.step()
-        after = target.read(opt)
-        tracked = counters_only(exp_state)
+        before, after = ls.step(k, grads)
         touched = [[t or g is not None for t, g in zip(ts, gs)] for ts, gs in zip(touched, grads)]
-        check_step(res, k, case, target, before, after, exp_params, exp_state)
-        check_counters(res["counters"], k, conv, tracked, after)
-        old = math_params(before)
-        traj_params, traj_state = module.step(traj_params, bgrads, traj_state, hps, conv)
+        bgrads = [[None if g is None else Bounded(g, None, u) for g in gs] for gs in grads]
+        traj_params, traj_state = spec.step(traj_params, bgrads, traj_state, hps, target.convention)
         traj_params, traj_state = trajectory_store(traj_params, traj_state, after, compute)
-        check_trajectory(res["trajectory"], k, traj_params, traj_state, after, old)
+        check_trajectory(res["trajectory"], k, traj_params, traj_state, after, math_params(before))
     check_schema(res["schema"], case, target, opt, target.read(opt), touched)
     return opt, params
 
@@ -273,42 +197,8 @@ def roundtrip_run(target, case, seed, device, at: int, reference_params, referen
         opt.step()
     if at >= total:
         opt, params = reload(target, case, seed, device, opt, params)
-    ref_state = [[reference_opt.state.get(p, {}) for p in g] for g in reference_params]
-    for g, group in enumerate(params):
-        for i, p in enumerate(group):
-            res.compared += 1
-            if not same_bits(p, reference_params[g][i]):
-                res.fail(_bits_finding(at, f"group {g} param {i} param", p, reference_params[g][i]))
-            st = opt.state.get(p, {})
-            for key, ref in ref_state[g][i].items():
-                got = st.get(key)
-                if isinstance(ref, torch.Tensor):
-                    if not isinstance(got, torch.Tensor) or not same_bits(got, ref) or got.device != ref.device:
-                        res.fail(_bits_finding(at, f"group {g} param {i} {key}", got, ref))
-                elif got != ref:
-                    res.fail(Finding("roundtrip", at, f"group {g} param {i} {key}", expected=ref, got=_plain(got),
-                                     detail=f"reloaded at step {at}"))
-    for g, (a, b) in enumerate(zip(opt.param_groups, reference_opt.param_groups)):
-        if _plain(a.get("step")) != _plain(b.get("step")):
-            res.fail(Finding("roundtrip", at, f"group {g} step", expected=_plain(b.get("step")),
-                             got=_plain(a.get("step")), detail=f"reloaded at step {at}"))
-
-
-def _plain(v):
-    return v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v
-
-
-def _bits_finding(at, tensor, got, ref) -> Finding:
-    if not isinstance(got, torch.Tensor):
-        return Finding("roundtrip", at, tensor, expected="tensor", got=repr(got), detail="missing after reload")
-    if got.dtype != ref.dtype or got.shape != ref.shape or got.device != ref.device:
-        return Finding("roundtrip", at, tensor, expected=f"{ref.dtype} {tuple(ref.shape)} {ref.device}",
-                       got=f"{got.dtype} {tuple(got.shape)} {got.device}", detail=f"reloaded at step {at}")
-    a, b = got.detach().double().cpu().reshape(-1), ref.detach().double().cpu().reshape(-1)
-    diff = (a != b) & ~(a.isnan() & b.isnan())
-    idx = int(diff.nonzero()[0]) if diff.any() else 0
-    return Finding("roundtrip", at, tensor, (idx,), float(b[idx]), float(a[idx]),
-                   detail=f"reloaded at step {at}: {int(diff.sum())} elements differ from the uninterrupted run")
+    compare_bits(res, at, state_bits(reference_opt), state_bits(opt),
+                 f"reloaded at step {at}, against the uninterrupted run", strict=True)
 
 
 def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS) -> CaseResult:

@@ -105,6 +105,11 @@ def _scenarios():
     return scenarios
 
 
+def _known(target: str, check: str):
+    from oracle.compare.scenarios.common import known
+    return known(target, check)
+
+
 def _finding_dict(f, case: str) -> dict:
     from oracle.compare.report import _num
     return {"case": case, "check": f.check, "step": f.step, "tensor": f.tensor, "index": _num(f.index),
@@ -144,7 +149,7 @@ def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=N
             if c.passed:
                 continue
             check = prefix + name
-            text = sc.known(entry.name, name) if (sc and prefix and entry.kind == "reference") else None
+            text = _known(entry.name, name) if (sc and prefix and entry.kind == "reference") else None
             if text:
                 row.known[check] = text
                 continue

@@ -72,7 +72,7 @@ import shutil
 from oracle.adagrad import AdagradConvention
 from oracle.adam import AdamConvention
 
-from .targets import Target
+from .base import Target
 
 # fp32_hparams=False: 1-beta etc. are formed in Python doubles and rounded once when they
 # reach the fp32 tensor op (measured: declaring fp32 betas puts v 130 ULPs off at step 1).

@@ -1,6 +1,6 @@
-"""Worker process of the rank_skew scenario (oracle.compare.scenarios.run_rank_skew).
+"""Worker process of the rank_skew scenario (oracle.compare.scenarios.rank_skew).
 
-    python -m oracle.compare.dist_scenario JOB.pkl     with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set
+    python -m oracle.compare.scenarios.rank_worker JOB.pkl     with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set
 
 Global model, W ranks: decay tensors D_0..D_{W-1} (group 0), norm weights
 N_0..N_{W/2-1} (group 1, no decay). Phase 1 (K steps): rank r owns D_r and,
@@ -26,14 +26,16 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .checks import CheckResult, compare_exact
-from .scenarios import Lockstep, compare_bits, grad_values, state_bits, tensor, values
+from ..bitwise import compare_bits, state_bits
+from ..checks import CheckResult, compare_exact
+from ..lockstep import Lockstep
+from .common import grad_values, tensor, values
 
 
 def find_target(spec: str, optimizer: str, convention):
     from dataclasses import replace
 
-    from .targets import builtin_targets, load_impl
+    from ..targets import builtin_targets, load_impl
     if spec.startswith("impl:"):
         return load_impl(spec[5:], optimizer=optimizer, convention=convention)
     target = next(t for t in builtin_targets() if t.name == spec)
@@ -78,7 +80,7 @@ def counters_of(sd) -> list:
 
 
 def _plain(v):
-    from .readback import counter_value
+    from ..readback import counter_value
     return counter_value(v) if isinstance(v, (torch.Tensor, int, float)) else v
 
 

@@ -89,7 +89,7 @@ import time
 from oracle.adagrad import DEEPSPEED_ADAGRAD
 from oracle.adam import AdamConvention
 
-from .targets import Target
+from .base import Target
 
 DEEPSPEED_VERSIONS = ">=0.19,<0.20"
 
@@ -438,7 +438,7 @@ class EngineRun:
         return master, st
 
     def read(self) -> dict:
-        from .readback import counter_value, to_numpy
+        from ..readback import counter_value, to_numpy
         masters, counters, keys, states = [], [], [], []
         for g, ps in enumerate(self.params):
             mrow, crow, krow, srow = [], [], [], []
@@ -542,7 +542,7 @@ __all__ = ["DS_CPU_ADAGRAD", "DS_CPU_ADAM", "DS_CPU_ADAMW", "EngineRun", "build_
            "init_single_process", "load_op", "op_unavailable"]
 
 
-if __name__ == "__main__":  # python -m oracle.compare.deepspeed_targets --build [DIR]
+if __name__ == "__main__":  # python -m oracle.compare.targets.deepspeed --build [DIR]
     import argparse
     import json
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

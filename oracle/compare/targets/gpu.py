@@ -95,7 +95,7 @@ deepspeed.ops.lamb.FusedLamb on CUDA (ops/lamb/fused_lamb.py, csrc/lamb/fused_la
   dtypes    fp32 params only: fp16 grads require fp32 params (kernel :371-374), bf16 is not
             dispatched.
   DeepSpeed picks its accelerator once per process: the CPU DeepSpeed targets set
-  DS_ACCELERATOR=cpu (oracle.compare.deepspeed_targets.configure_env), so these targets skip,
+  DS_ACCELERATOR=cpu (oracle.compare.targets.deepspeed.configure_env), so these targets skip,
   saying so, in a process that ran those.
 """
 from __future__ import annotations
@@ -109,8 +109,8 @@ from oracle.adam import APEX_ADAMW, TORCH_ADAM, TORCH_ADAMW, AdamConvention
 from oracle.adagrad import AdagradConvention
 from oracle.lamb import APEX_LAMB, DEEPSPEED_LAMB
 
-from .extra_targets import _version, make_factory
-from .targets import Target, _torch_make, _torch_scaled_step
+from .extra import _version, make_factory
+from .base import Target, torch_make as _torch_make, torch_scaled_step as _torch_scaled_step
 
 APEX_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group", fp32_hparams=True)
 APEX_ADAGRAD = AdagradConvention(decay="l2", eps_mode="outside", counter="param", fp32_hparams=True)

@@ -1,0 +1,143 @@
+"""The one lockstep engine: an optimizer and the float64 oracle, step by step.
+
+Before each step the target's state is read; the oracle runs one step from
+it (with its own counters) on the same grads, on error-carrying arrays
+(oracle.compare.errmodel), and the target's result must lie within the derived
+per-element tolerance. Counters must be equal, exactly. The oracle keeps its
+own counters, so a wrong counter shows both as a counter finding and in the
+values it corrupts (bias correction).
+
+Used by the case matrix (oracle.compare.run) and by every scenario, so both
+judge the same way: the compute precision is taken per param (groups mixing
+dtypes work), a state entry the oracle has and the target lacks fails the
+`schema` check where the caller keeps one (the values check otherwise), and
+"param = its master rounded" is checked exactly, without detection power.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+import oracle
+from oracle.common import GradScaling, OptState
+from oracle.storage import round_to
+
+from .checks import CheckResult, Finding, compare_exact, compare_tensor, tolerance
+from .errmodel import Bounded, unit_roundoff
+from .readback import Snapshot, math_params, read
+
+
+def counters_only(state: OptState) -> OptState:
+    return OptState(list(state.group_step),
+                    [[{"step": st["step"]} if "step" in st else {} for st in group] for group in state.params])
+
+
+def check_counters(res: CheckResult, k: int, counter: str, tracked: OptState, snap: Snapshot, label: str = "") -> None:
+    """Every counter the convention keeps equals the oracle's, exactly."""
+    if counter == "none":
+        return
+    if counter == "group":
+        for g, want in enumerate(tracked.group_step):
+            got = snap.group_steps[g]
+            compare_exact(res, k, f"{label}group {g} step", want, got,
+                          "" if got is not None else "missing in param_groups (would be saved as null)")
+        return
+    for g, sts in enumerate(tracked.params):
+        for i, st in enumerate(sts):
+            want, got = st.get("step", 0), snap.param_steps[g][i]
+            compare_exact(res, k, f"{label}group {g} param {i} step", want, 0 if got is None and want == 0 else got)
+
+
+class Lockstep:
+    """Steps an optimizer and the oracle side by side.
+
+    target: the Target (its convention, compute precision, state names).
+    opt: what step() is called on; `inner` holds param_groups and state
+        (a wrapper's inner optimizer), `opt` itself by default.
+    values / counters / schema: the CheckResults findings go to.
+    """
+
+    def __init__(self, target, opt, hparams: list[dict], values: CheckResult, counters: CheckResult,
+                 label: str = "", inner=None, schema: CheckResult | None = None):
+        self.target, self.opt, self.inner = target, opt, inner if inner is not None else opt
+        self.spec = oracle.SPECS[target.optimizer]
+        self.hparams = list(hparams)
+        self.values, self.counters, self.label = values, counters, label
+        self.schema = schema if schema is not None else values
+        self.tracked = OptState.empty([g["params"] for g in self.inner.param_groups])
+
+    def grow(self, hparams: dict) -> None:
+        """A group was added with add_param_group: the oracle gains it too."""
+        self.hparams.append(hparams)
+        self.tracked.group_step.append(0)
+        self.tracked.params.append([{} for _ in self.inner.param_groups[len(self.tracked.params)]["params"]])
+
+    def set_counters(self, n: int) -> None:
+        self.tracked.group_step = [n] * len(self.tracked.group_step)
+        for sts in self.tracked.params:
+            for st in sts:
+                st["step"] = n
+
+    def read(self) -> Snapshot:
+        return read(self.inner, self.target.state_names)
+
+    def expected(self, before: Snapshot, grads, scaling: GradScaling | None = None) -> dict:
+        """compute dtype -> the oracle's (params, state) from `before`, as Bounded arrays."""
+        hps = self.spec.validate(self.hparams)
+        out = {}
+        for compute in {c for row in self.computes(before) for c in row} or {"float32"}:
+            u = unit_roundoff(compute)
+            params = [[Bounded(p, None, u) for p in ps] for ps in math_params(before)]
+            bgrads = [[None if gr is None else Bounded(gr, None, u) for gr in gs] for gs in grads]
+            state = OptState(list(self.tracked.group_step),
+                             [[{**{key: Bounded(v, None, u) for key, v in st.items() if key != "master_param"},
+                                **({"step": self.tracked.params[g][i]["step"]}
+                                   if "step" in self.tracked.params[g][i] else {})}
+                               for i, st in enumerate(sts)] for g, sts in enumerate(before.state)])
+            out[compute] = self.spec.step(params, bgrads, state, hps, self.target.convention, scaling)
+        return out
+
+    def computes(self, snap: Snapshot) -> list:
+        return [[self.target.compute_dtype(snap.dtypes[g][i]["param"]) for i in range(len(ps))]
+                for g, ps in enumerate(snap.params)]
+
+    def step(self, k: int, grads, scaling: GradScaling | None = None, do_step: Callable | None = None):
+        """One checked step; returns the snapshots before and after it."""
+        before = self.read()
+        expected = self.expected(before, grads, scaling)
+        (do_step or self.opt.step)()
+        after = self.read()
+        self.tracked = counters_only(next(iter(expected.values()))[1])
+        self.compare(k, before, after, expected)
+        check_counters(self.counters, k, self.target.convention.counter, self.tracked, after, self.label)
+        return before, after
+
+    def compare(self, k, before: Snapshot, after: Snapshot, expected: dict) -> None:
+        got_params, old_params = math_params(after), math_params(before)
+        for g, row in enumerate(self.computes(after)):
+            for i, compute in enumerate(row):
+                exp_params, exp_state = expected[compute]
+                ep = exp_params[g][i]
+                master = "master_param" in after.state[g][i]
+                storage = after.dtypes[g][i]["master_param" if master else "param"]
+                name = f"{self.label}group {g} param {i}"
+                compare_tensor(self.values, k, f"{name} {'master' if master else 'param'}", ep.v,
+                               got_params[g][i], old_params[g][i], tolerance(ep.e, ep.v, storage, compute), storage)
+                if master:
+                    rounded = round_to(after.state[g][i]["master_param"], after.dtypes[g][i]["param"])
+                    compare_tensor(self.values, k, f"{name} param (= master rounded)", rounded, after.params[g][i],
+                                   before.params[g][i], 0.0, after.dtypes[g][i]["param"], power=False)
+                for key, ev in exp_state.params[g][i].items():
+                    if key == "step":
+                        continue
+                    if key not in after.state[g][i]:
+                        self.schema.fail(Finding(self.schema.check, k, f"{name} {key}", detail="state entry missing"))
+                        continue
+                    st_dtype = after.dtypes[g][i][key]
+                    old = before.state[g][i].get(key, np.zeros_like(ev.v))
+                    compare_tensor(self.values, k, f"{name} {key}", ev.v, after.state[g][i][key], old,
+                                   tolerance(ev.e, ev.v, st_dtype, compute), st_dtype)
+
+
+__all__ = ["Lockstep", "check_counters", "counters_only"]

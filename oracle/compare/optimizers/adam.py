@@ -1,0 +1,21 @@
+"""Adam and AdamW: one matrix, two records (L2 vs decoupled decay)."""
+from . import CompareRecord
+
+CONFIGS = {
+    "wd0": {"lr": 1e-3, "weight_decay": 0.0},
+    "wd0.1": {"lr": 1e-2, "weight_decay": 0.1},
+    "amsgrad": {"lr": 1e-2, "weight_decay": 0.1, "amsgrad": True},
+    "maximize": {"lr": 1e-3, "weight_decay": 0.1, "maximize": True},
+    "betas": {"lr": 3e-3, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.1},
+}
+PLAN = (("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
+        ("wd0.1", "empty_group", "large_decay"), ("wd0.1", "rank_skew", "small_params"),
+        ("amsgrad", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
+        ("wd0.1", "scalar", "lr0"), ("betas", "many_shapes", "tiny_grads"),
+        ("amsgrad", "grad_none", "large_decay"), ("wd0", "scalar", "lr0_zero_grads"))
+SCENARIO = {"lr": 1e-2, "weight_decay": 0.1}
+
+RECORDS = (
+    CompareRecord("adam", CONFIGS, PLAN, SCENARIO, torch_class="torch.optim.Adam"),
+    CompareRecord("adamw", CONFIGS, PLAN, SCENARIO, torch_class="torch.optim.AdamW"),
+)

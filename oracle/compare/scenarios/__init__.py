@@ -1,0 +1,52 @@
+"""Scenarios: situations the case matrix cannot express, each checked against
+the oracle and reported as an oracle.compare.run.CaseResult, one module each.
+
+    SCENARIOS[name].run(target, device, seed) -> CaseResult
+
+case = "scenario:<name>/<variant>"; checks = {check name: CheckResult} whose
+Findings name the step, the tensor, the expected and the observed value. A
+scenario an implementation cannot express returns status "skip" with the
+reason; a part of a scenario it cannot express is named in the check's note
+and in `reason` (status stays pass/fail on what did run). docs/scenarios.md
+says what each scenario checks and which real defect it catches.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+# The order scenarios run and are listed in; each name is a module here
+# defining SCENARIO.
+ORDER = ("rank_skew", "construction", "checkpoint", "grad_scaling", "irregular", "long_horizon",
+         "inputs_unchanged")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    doc: str
+    run: Callable  # (target, device: str, seed: int) -> CaseResult
+
+
+def scenario(name: str, fn: Callable) -> Scenario:
+    return Scenario(name, (fn.__doc__ or "").strip().split("\n\n")[0], fn)
+
+
+def _load() -> dict[str, Scenario]:
+    return {name: importlib.import_module(f"{__name__}.{name}").SCENARIO for name in ORDER}
+
+
+SCENARIOS: dict[str, Scenario] = _load()
+
+# the scenario functions by name, for callers that pass their extra keywords
+from .checkpoint import run_checkpoint  # noqa: E402
+from .construction import run_construction  # noqa: E402
+from .grad_scaling import run_grad_scaling  # noqa: E402
+from .inputs_unchanged import run_inputs_unchanged  # noqa: E402
+from .irregular import run_irregular  # noqa: E402
+from .long_horizon import run_long_horizon  # noqa: E402
+from .rank_skew import run_rank_skew  # noqa: E402
+
+__all__ = ["ORDER", "SCENARIOS", "Scenario", "run_checkpoint", "run_construction", "run_grad_scaling",
+           "run_inputs_unchanged", "run_irregular", "run_long_horizon", "run_rank_skew", "scenario"]

@@ -1,0 +1,152 @@
+"""What every scenario shares: inputs from (seed, tags), result rows,
+declared deviations and known defects, the skip rules."""
+from __future__ import annotations
+
+import fnmatch
+import time
+import traceback
+import zlib
+
+import numpy as np
+import torch
+
+from oracle.storage import round_to
+
+from ..checks import CheckResult
+from ..optimizers import records
+from ..run import TORCH_DTYPES, CaseResult
+
+
+def base_hparams(optimizer: str) -> dict | None:
+    """The optimizer's scenario hyperparameters (its comparison record): decay
+    on, so a spurious step or a decay applied to a frozen param moves the param."""
+    rec = records().get(optimizer)
+    return None if rec is None else dict(rec.scenario_hparams)
+
+# (target glob, check, reason): a deviation torch makes by design; the check
+# runs and its findings are reported in the note, not as a failure.
+DECLARED = [
+    ("torch.*", "flags",
+     "torch's Optimizer.load_state_dict rebuilds param_groups from the checkpoint's groups, so the "
+     "checkpoint's foreach/fused/capturable values replace the constructed ones and the continuation "
+     "runs the checkpoint's path (torch/optim/optimizer.py, load_state_dict.update_group)"),
+    ("torch.*", "counters@16777216",
+     "torch keeps the counter as a 0-dim float32 tensor (optimizer._get_scalar_dtype()); float32 holds "
+     "integers exactly only up to 2**24, so from step 16777216 on it stops advancing (16777216 + 1 "
+     "rounds back to 16777216). Bias corrections there are 1 - beta**t ~ 1 either way"),
+]
+
+
+# (target glob, check, text): genuine defects found in a library by these
+# scenarios. The check still FAILS; the text is added to `reason` so a reader
+# of the report knows it is known and where it comes from.
+KNOWN = [
+    ("torch.*.fused", "noncontiguous",
+     "known torch 2.13 defect: the CPU fused Adam/AdamW/Adagrad kernels pair elements of params, grads and "
+     "state by memory offset; when their strides differ (a transposed or strided param or grad; state made "
+     "by zeros_like of a non-dense param is dense) grads land on the wrong elements. forloop/foreach are right"),
+    ("torch.adagrad.*", "eager_init",
+     "known torch 2.13 defect: Adagrad.__init__ fills `sum` with the constructor's initial_accumulator_value, "
+     "ignoring a param group's own value (which is kept in param_groups and saved in checkpoints)"),
+]
+
+
+def known(target_name: str, check: str) -> str | None:
+    for pattern, name, text in KNOWN:
+        if name == check and fnmatch.fnmatch(target_name, pattern):
+            return text
+    return None
+
+
+def declared(target_name: str, check: str) -> str | None:
+    for pattern, name, reason in DECLARED:
+        if name == check and fnmatch.fnmatch(target_name, pattern):
+            return reason
+    return None
+
+
+# --- inputs ------------------------------------------------------------------
+
+def rng(seed: int, *tags) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32("|".join(map(str, tags)).encode())])
+
+
+def values(seed: int, shape, dtype: str, scale: float, *tags) -> np.ndarray:
+    """float64 values exactly representable in `dtype`, from (seed, tags) alone."""
+    return round_to(rng(seed, *tags).standard_normal(shape) * scale, dtype)
+
+
+def tensor(x: np.ndarray, dtype: str, device: str, leaf=True) -> torch.Tensor:
+    t = torch.tensor(np.asarray(x), dtype=TORCH_DTYPES[dtype], device=device)
+    return t.requires_grad_() if leaf else t
+
+
+def grad_values(seed, label, k, shape, dtype, scale=0.1):
+    return values(seed, shape, dtype, scale, "grad", label, k)
+
+
+# --- results -----------------------------------------------------------------
+
+def new_result(target, name: str, variant: str, dtype: str, hparams, seed: int, steps: int) -> CaseResult:
+    return CaseResult(target.name, f"scenario:{name}/{variant}", target.optimizer, dtype, hparams, seed, steps)
+
+
+def skip(result: CaseResult, reason: str) -> CaseResult:
+    result.status, result.reason = "skip", reason
+    return result
+
+
+def finish(result: CaseResult, checks: dict, t0: float, notes: list[str] = ()) -> CaseResult:
+    result.checks = dict(checks)
+    declared_notes = []
+    for name, c in result.checks.items():
+        reason = declared(result.target, name)
+        if reason and not c.passed:
+            shown = "; ".join(f"step {f.step} {f.tensor}: expected {f.expected}, got {f.got}" for f in c.findings[:3])
+            c.note = (c.note + " " if c.note else "") + f"declared deviation ({reason}); findings: {shown}"
+            c.passed = True
+            c.findings = []
+            declared_notes.append(f"{name}: declared deviation")
+    if not all(c.passed for c in result.checks.values()):
+        result.status = "fail"
+    known_notes = [f"{name}: {known(result.target, name)}" for name, c in result.checks.items()
+                   if not c.passed and known(result.target, name)]
+    result.reason = "; ".join([*known_notes, *notes, *declared_notes])
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def guarded(fn):
+    """A scenario that raises becomes status "error" with the traceback."""
+    def run(target, device: str = "cpu", seed: int = 0, **kwargs) -> CaseResult:
+        t0 = time.perf_counter()
+        try:
+            return fn(target, device, seed, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - a crashing target is a result
+            name = fn.__name__.removeprefix("run_")
+            result = new_result(target, name, "error", "", [], seed, 0)
+            result.status, result.reason = "error", f"{type(exc).__name__}: {exc}"
+            result.checks = {"error": CheckResult("error", passed=False, note=traceback.format_exc(limit=-4))}
+            result.seconds = time.perf_counter() - t0
+            return result
+    run.__name__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
+
+
+def unavailable(target, device: str, dtypes=("float32",), options=()) -> str | None:
+    reason = target.unavailable(device)
+    if reason is None and base_hparams(target.optimizer) is None:
+        reason = f"no scenario hyperparameters for {target.optimizer}"
+    if reason is None and target.make is None:
+        reason = f"{target.name} cannot be built"
+    missing = [d for d in dtypes if d not in target.dtypes]
+    if reason is None and missing:
+        reason = f"{target.name} does not support {', '.join(missing)}"
+    return reason
+
+
+def build(target, groups: list[list], hparams: list[dict]):
+    return target.make([{"params": ps, **hp} for ps, hp in zip(groups, hparams)], {})
+
+

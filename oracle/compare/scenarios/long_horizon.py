@@ -1,0 +1,72 @@
+"""Long horizon: counters across 2^8, 2^11 and 2^24."""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+import oracle
+
+
+from ..checks import CheckResult
+from ..lockstep import Lockstep
+from ..run import set_grads
+from . import scenario
+from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+
+
+HORIZONS = (2 ** 8, 2 ** 11, 2 ** 24)
+HORIZON_STEPS = 4  # start at N - 2: the counter crosses N
+
+
+def _set_counter(opt, n: int) -> None:
+    """Counters set to n keeping their type (tensor dtype/device, int, float)."""
+    def cast(old):
+        if isinstance(old, torch.Tensor):
+            return torch.full_like(old, n)
+        return type(old)(n)
+    for group in opt.param_groups:
+        if group.get("step") is not None:
+            group["step"] = cast(group["step"])
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if st and "step" in st:
+                st["step"] = cast(st["step"])
+
+
+@guarded
+def run_long_horizon(target, device="cpu", seed=0, horizons=HORIZONS):
+    """Counters started near 2^8, 2^11, 2^24 keep counting exactly and bias
+    correction matches the oracle started from the same counter."""
+    t0 = time.perf_counter()
+    hp = [dict((base_hparams(target.optimizer) or {}))]
+    for hparam in oracle.SPECS[target.optimizer].counter_hparams:
+        if hparam in target.options:
+            hp[0][hparam] = 1e-3  # the counter enters the update through it (Adagrad's lr decay)
+    result = new_result(target, "long_horizon", "fp32/" + "+".join(f"2^{int(math.log2(n))}" for n in horizons),
+                        "float32", hp, seed, 1 + HORIZON_STEPS)
+    reason = unavailable(target, device)
+    if reason:
+        return skip(result, reason)
+    checks = {}
+    shapes = [(5, 4), (3,)]
+    for n in horizons:
+        values_check = checks[f"lockstep@{n}"] = CheckResult(f"lockstep@{n}")
+        counters_check = checks[f"counters@{n}"] = CheckResult(f"counters@{n}")
+        params = [[tensor(values(seed, s, "float32", 1.0, "horizon", i), "float32", device) for i, s in enumerate(shapes)]]
+        opt = build(target, params, hp)
+        ls = Lockstep(target, opt, hp, values_check, counters_check, f"[from {n - 2}] ")
+        grads = [[grad_values(seed, ("horizon", i), 1, s, "float32") for i, s in enumerate(shapes)]]
+        set_grads(params, grads)
+        ls.step(1, grads)
+        _set_counter(opt, n - 2)
+        ls.set_counters(n - 2)
+        for k in range(n - 1, n - 1 + HORIZON_STEPS):
+            grads = [[grad_values(seed, ("horizon", i), k, s, "float32") for i, s in enumerate(shapes)]]
+            set_grads(params, grads)
+            ls.step(k, grads)
+    return finish(result, checks, t0)
+
+
+SCENARIO = scenario("long_horizon", run_long_horizon)

@@ -1,0 +1,120 @@
+"""Rank skew: a group empty on some ranks, sharded checkpoints, real processes."""
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from dataclasses import replace
+
+import torch
+
+
+from .. import ranks
+from ..checks import CheckResult
+from . import scenario
+from .common import base_hparams, finish, guarded, new_result, skip, unavailable
+
+
+RANK_SKEW_WORLDS = (2, 4)
+RANK_SKEW_STEPS = (3, 3)  # steps before the checkpoint, steps after resuming
+
+
+def target_spec(target) -> str | None:
+    """How a worker process finds the target again: a builtin name or an impl spec."""
+    if target.name.startswith("impl:"):
+        return target.name
+    from ..targets import builtin_targets
+    return target.name if any(t.name == target.name for t in builtin_targets()) else None
+
+
+@guarded
+def run_rank_skew(target, device="cpu", seed=0, worlds=RANK_SKEW_WORLDS, timeout=120.0, spawn=False):
+    """Rank skew: real processes (gloo on CPU, NCCL on CUDA), 2 and 4 ranks.
+
+    Group 0 (decay) is populated on every rank; group 1 (no decay: norm
+    weights) only on even ranks, as under pipeline/expert parallelism. After
+    K steps every rank saves its shard; on resume rank r takes over the
+    optimizer shard of rank r+1 (param_groups with their counters, group 0's
+    state) while keeping its own norm weights and their state. Counters,
+    values (oracle lockstep) and the saved counters are checked on every rank,
+    and the resumed run must equal the uninterrupted one bit for bit.
+    """
+    t0 = time.perf_counter()
+    steps = sum(RANK_SKEW_STEPS)
+    result = new_result(target, "rank_skew", "fp32/" + "+".join(f"w{w}" for w in worlds), "float32",
+                        rank_skew_hparams(target.optimizer), seed, steps)
+    reason = unavailable(target, device)
+    if reason:
+        return skip(result, reason)
+    spec = target_spec(target)
+    spawn = spawn or device.startswith("cuda")
+    if spec is None and spawn:
+        return skip(result, f"{target.name} cannot be reconstructed in a spawned worker process "
+                            "(neither a builtin target nor an impl:module:Name spec); CUDA needs spawn")
+    checks, notes = {}, []
+    for world in worlds:
+        per_rank, err = launch_ranks(spec, target, device, seed, world, timeout, spawn)
+        if err:
+            result.status, result.reason = "error", f"world {world}: {err}"
+            result.checks = {"error": CheckResult("error", passed=False, note=err)}
+            result.seconds = time.perf_counter() - t0
+            return result
+        for rank, rank_checks in enumerate(per_rank):
+            for name, c in rank_checks.items():
+                merged = checks.setdefault(name, CheckResult(name))
+                merged.compared += c.compared
+                merged.worst_ratio = max(merged.worst_ratio, c.worst_ratio)
+                if c.note and rank == 0:
+                    merged.note = (merged.note + " | " if merged.note else "") + f"world {world}: {c.note}"
+                for f in c.findings:
+                    merged.fail(replace(f, tensor=f"world {world} {f.tensor}"), keep=8)
+                if not c.passed:
+                    merged.passed = False
+    return finish(result, checks, t0, notes)
+
+
+def rank_skew_hparams(optimizer: str) -> list[dict]:
+    base = (base_hparams(optimizer) or {})
+    return [dict(base), {**base, "weight_decay": 0.0}]
+
+
+def launch_ranks(spec, target, device, seed, world, timeout, spawn=False):
+    """`world` worker processes (oracle.compare.scenarios.rank_worker) through the one
+    launcher (oracle.compare.ranks); returns ([per-rank {check: CheckResult}],
+    error text or None).
+
+    On CPU the workers are forked from this process (no torch re-import, a
+    few hundred ms per world; the target object is inherited). On CUDA,
+    which cannot be forked once initialized, they are fresh interpreters
+    that find the target again by name."""
+    with ranks.workdir("rank_skew_") as tmp:
+        job = {"spec": spec, "optimizer": target.optimizer, "convention": target.convention, "seed": seed,
+               "device": device, "steps": RANK_SKEW_STEPS, "hparams": rank_skew_hparams(target.optimizer),
+               "out": tmp}
+        with open(os.path.join(tmp, "job.pkl"), "wb") as fh:
+            pickle.dump(job, fh)
+        env = ranks.rank_env(world)
+        # A forked child inherits an initialized default process group (e.g. one
+        # DeepSpeed set up in this process) and could not start its own.
+        inherited = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if not spawn and not inherited and "fork" in __import__("multiprocessing").get_all_start_methods():
+            from . import rank_worker
+            _warm_up(target, job)
+            out, err = ranks.fork(rank_worker.forked, lambda rank: (job, rank, world, target, env), world, tmp,
+                                  timeout)
+        else:
+            out, err = ranks.spawn(ranks.python_module("oracle.compare.scenarios.rank_worker", os.path.join(tmp, "job.pkl")),
+                                   world, tmp, timeout, env)
+        return [o for o in out if o is not None], err
+
+
+def _warm_up(target, job) -> None:
+    """Run one step in the parent so that forked workers inherit what the first
+    optimizer __init__ (torch._dynamo) and first step (an extension) load."""
+    import torch.distributed.distributed_c10d  # noqa: F401
+    warm = torch.zeros(2, requires_grad=True)
+    warm.grad = torch.zeros(2)
+    target.make([{"params": [warm], **job["hparams"][0]}], {}).step()
+
+
+SCENARIO = scenario("rank_skew", run_rank_skew)

@@ -1,0 +1,94 @@
+"""Targets: an optimizer implementation plus the conventions it declares.
+
+A target builds a torch optimizer from parameter groups, and the harness
+steps it and reads its state back in canonical form (oracle.compare.readback).
+Anything that is a `torch.optim.Optimizer` works: torch's own paths, our
+fused kernels, third-party libraries, a user's class passed with --impl.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class Target:
+    """One implementation under test.
+
+    make(param_groups, defaults) -> torch.optim.Optimizer, where
+        param_groups is torch's list of {"params": [...], **hparams}.
+    convention: the oracle convention the implementation declares.
+    compute: "float32" when the per-element math runs in fp32 and rounds on
+        store (fused kernels, fp32 paths); "storage" when each op rounds to
+        the param dtype (torch forloop/foreach on bf16/fp16 params).
+    masters: keeps FP32 master weights for low-precision params.
+    options: optimizer options this target accepts (amsgrad, maximize, ...).
+    requires: returns None if usable on `device`, else the reason it is not.
+    """
+
+    name: str
+    optimizer: str
+    make: Callable
+    convention: object
+    devices: tuple = ("cpu",)
+    dtypes: tuple = ("float32", "bfloat16", "float16")
+    compute: str = "float32"
+    masters: bool = False
+    state_dtype: str = "param"  # dtype of moments/accumulators: "param" (torch) or "float32"
+    state_names: tuple = ()     # (implementation key, canonical name) pairs, see readback.read
+    options: frozenset = frozenset()
+    requires: Callable[[str], str | None] = lambda device: None
+    notes: str = ""
+    scaling: Callable | None = None  # step(opt, inv_scale, found_inf) if grad scaling is supported
+    in_default: bool = True  # part of a sweep that names no --target
+
+    def unavailable(self, device: str) -> str | None:
+        if device not in self.devices:
+            return f"{self.name} does not run on {device}"
+        if device == "cuda" and not torch.cuda.is_available():
+            return "CUDA is not available"
+        return self.requires(device)
+
+    def read(self, opt):
+        from ..readback import read
+        return read(opt, self.state_names)
+
+    def compute_dtype(self, storage: str) -> str:
+        return storage if self.compute == "storage" else "float32"
+
+
+def torch_make(cls, **flags):
+    def make(groups, defaults):
+        return cls(groups, **{**defaults, **flags})
+    return make
+
+
+def torch_scaled_step(opt, inv_scale, found_inf):
+    """torch's fused path reads grad_scale/found_inf attributes set by GradScaler."""
+    dev = opt.param_groups[0]["params"][0].device if opt.param_groups[0]["params"] else "cpu"
+    opt.grad_scale = torch.tensor(1.0 / inv_scale, dtype=torch.float32, device=dev)
+    opt.found_inf = torch.tensor(float(found_inf), dtype=torch.float32, device=dev)
+    try:
+        opt.step()
+    finally:
+        del opt.grad_scale, opt.found_inf
+
+
+def with_counter(target: Target, counter: str) -> Target:
+    """The same target with its declared counter location replaced."""
+    return replace(target, convention=replace(target.convention, counter=counter))
+
+
+def scaled_step_kwargs(opt, inv_scale, found_inf):
+    """Grad scaling for optimizers whose step() takes inv_scale= and found_inf= (ours, ORACLE_SCALING)."""
+    opt.step(inv_scale=inv_scale, found_inf=found_inf)
+
+
+def unusable(name: str, optimizer: str, reason: str) -> Target:
+    """A target that cannot be built here, carrying the reason (one skip row)."""
+    return Target(name=name, optimizer=optimizer, make=None, convention=None, requires=lambda d, r=reason: r)
+
+
+__all__ = ["Target", "scaled_step_kwargs", "torch_make", "torch_scaled_step", "unusable", "with_counter"]

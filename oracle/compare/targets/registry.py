@@ -1,0 +1,49 @@
+"""Every target the engine knows, found by name: one place, used by the CLI,
+the worker processes, the scenarios and the kill matrix alike.
+
+Listing imports none of the third-party libraries: each library's targets
+skip themselves, with the reason, when the library or the device is missing.
+"""
+from __future__ import annotations
+
+import fnmatch
+
+from .base import Target
+from .user import load_impl
+
+
+def builtin_targets() -> list[Target]:
+    """torch's paths and our fused kernels: always listed, usable on CPU."""
+    from .fused import fused_targets
+    from .torch_optim import torch_targets
+    return torch_targets() + fused_targets()
+
+
+def every_target() -> list[Target]:
+    """Built-in targets, third-party libraries', and those an optimizer's record brings."""
+    from ..optimizers import records
+    from .deepspeed import deepspeed_targets
+    from .extra import extra_targets
+    from .gpu import gpu_targets
+    own = [t for rec in records().values() if rec.extra_targets for t in rec.extra_targets()]
+    return builtin_targets() + deepspeed_targets() + extra_targets() + gpu_targets() + own
+
+
+def find(name: str, optimizer: str | None = None) -> Target:
+    """The target with this name ('impl:module:Name' loads a user optimizer)."""
+    if name.startswith("impl:"):
+        return load_impl(name[5:], optimizer=optimizer)
+    for target in every_target():
+        if target.name == name:
+            return target
+    raise LookupError(f"no target named {name!r}")
+
+
+def select(patterns: list[str], optimizers: list[str], explicit: bool) -> list[Target]:
+    """Targets of these optimizers whose names match a pattern; a sweep that
+    names no pattern (explicit=False) leaves out targets not in_default."""
+    return [t for t in every_target() if t.optimizer in optimizers
+            and any(fnmatch.fnmatch(t.name, p) for p in patterns) and (t.in_default or explicit)]
+
+
+__all__ = ["builtin_targets", "every_target", "find", "select"]

@@ -1,0 +1,52 @@
+"""torch.optim's own implementations: forloop, foreach and fused, for every
+optimizer whose comparison record names a torch class."""
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import torch
+
+import oracle
+
+from ..optimizers import records
+from .base import Target, torch_make, torch_scaled_step
+
+# (path, constructor flags, compute): forloop and foreach on bf16/fp16 params
+# round every operation to the param dtype; the fused path computes in fp32
+# unless the record says otherwise (with its reason there).
+PATHS = (("forloop", {"foreach": False}, "storage"), ("foreach", {"foreach": True}, "storage"),
+         ("fused", {"fused": True}, None))
+
+
+def torch_class(path: str):
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def accepted_options(cls, optimizer: str) -> frozenset:
+    """The spec's options this class's constructor takes."""
+    params = inspect.signature(cls).parameters
+    return frozenset(o for o in oracle.SPECS[optimizer].options if o in params)
+
+
+def torch_targets() -> list[Target]:
+    out = []
+    for name, rec in records().items():
+        if rec.torch_class is None:
+            continue
+        cls = torch_class(rec.torch_class)
+        params = inspect.signature(cls).parameters
+        for path, flags, compute in PATHS:
+            if not all(k in params for k in flags):
+                continue  # e.g. an optimizer without a fused path
+            out.append(Target(
+                name=f"torch.{name}.{path}", optimizer=name, make=torch_make(cls, **flags),
+                convention=oracle.SPECS[name].convention, devices=("cpu", "cuda"),
+                compute=compute or rec.torch_fused_compute, options=accepted_options(cls, name),
+                scaling=torch_scaled_step if path == "fused" else None,
+                notes=f"torch {torch.__version__} {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())})"))
+    return out
+
+
+__all__ = ["PATHS", "accepted_options", "torch_class", "torch_targets"]
