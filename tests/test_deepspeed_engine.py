@@ -1,5 +1,5 @@
-"""DeepSpeed engine scenarios (oracle.compare.deepspeed_engine): a small subset of the
-matrix that `python -m oracle.compare.deepspeed_engine` runs in full.
+"""DeepSpeed engine scenarios (oracle.compare.scenarios.engine): a small subset of what
+`python -m oracle.compare --optimizer all --target 'deepspeed.engine.*'` runs in full.
 
 bf16 model, gloo. Where DeepSpeed 0.19.8 is correct the check must pass; where
 it still has the defect of seed 002 (ZeRO-0 wrapper runs a synthetic
@@ -17,7 +17,8 @@ pytest.importorskip("deepspeed")
 if dst.deepspeed_unavailable():
     pytest.skip(dst.deepspeed_unavailable(), allow_module_level=True)
 
-from oracle.compare import deepspeed_engine as de
+from oracle.compare.cli import main
+from oracle.compare.scenarios import engine as de
 
 SEED_002 = ("seed 002 (DeepSpeed #8910): the FP16/BF16 ZeRO-0 wrapper calls optimizer.step() with zero grads "
             "during deepspeed.initialize; still present in 0.19.8 (runtime/fp16/unfused_optimizer.py "
@@ -87,6 +88,20 @@ def test_zero1_adamw_roundtrip_world2():
 
 def test_failing_rows_name_their_repro_command(world1):
     r = world1[Z0_CONSTRUCTION]
-    assert "python -m oracle.compare.deepspeed_engine --only deepspeed.engine.zero0.bf16.adamw/world1 " \
-           "--scenario engine_construction" in r.reason
+    assert ("python -m oracle.compare --optimizer adamw --target deepspeed.engine.zero0.bf16.adamw "
+            "--scenario engine_construction --case 'scenario:engine_construction/world1'") in r.reason
     assert "seed 002" in r.reason
+
+
+def test_the_main_cli_runs_engine_scenarios_and_fails_on_failing_rows(tmp_path):
+    """The engine scenarios run from `python -m oracle.compare`, with its exit codes: a
+    failing row (seed 002 at ZeRO 0) is exit 1, and the row's repro command selects exactly it."""
+    argv = ["--optimizer", "adamw", "--target", "deepspeed.engine.zero0.bf16.adamw", "--scenario",
+            "engine_construction", "--case", "scenario:engine_construction/world1", "--no-isolate",
+            "--report-dir", str(tmp_path), "--quiet"]
+    assert main(argv) == 1
+    import json
+    doc = json.loads((tmp_path / "report.json").read_text())
+    rows = [r for r in doc["results"] if r["target"] == "deepspeed.engine.zero0.bf16.adamw"]
+    assert [r["case"] for r in rows] == ["scenario:engine_construction/world1"]
+    assert rows[0]["status"] == "fail"

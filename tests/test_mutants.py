@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oracle.compare import killmatrix as K
+from oracle.mutants import killmatrix as K
 from oracle.mutants import base as B
 from oracle.mutants import catalog as M
 from oracle.mutants.wrappers import WRAPPER_MUTANTS

@@ -8,7 +8,8 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
+
+from .driver import SCENARIO_PREFIX
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_OPTIMIZER = "adamw"
@@ -93,20 +94,9 @@ def parse(argv):
     return args, optimizers
 
 
-@dataclass(frozen=True)
-class ScenarioJob:
-    """A scenario in the work list, shaped like a case (name, steps)."""
-
-    scenario: str
-    steps: int
-
-    @property
-    def name(self) -> str:
-        return f"scenario:{self.scenario}"
-
-
 def scenario_names(args) -> tuple[list[str], bool]:
-    """(scenarios to run, whether the case matrix runs too)."""
+    """(scenarios to run, whether the case matrix runs too). Naming scenarios
+    runs only those; --case then selects among their rows (and matrix cases)."""
     from .scenarios import SCENARIOS
     chosen = args.scenario or ["all"]
     if chosen == ["none"]:
@@ -116,12 +106,13 @@ def scenario_names(args) -> tuple[list[str], bool]:
     unknown = [n for n in chosen if n not in SCENARIOS]
     if unknown:
         raise UsageError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)}, all or none")
-    return chosen, bool(args.case)
+    return chosen, bool(args.case) and not args.case.startswith(SCENARIO_PREFIX)
 
 
 def plan(args, optimizers):
     from oracle.storage import canonical
     from . import cases as C
+    from .driver import jobs_for
     dtypes = tuple(canonical(d) for d in args.dtype) if args.dtype else C.DTYPES
     targets = select_targets(args, optimizers, args.explicit_optimizer)
     scenarios, matrix = scenario_names(args)
@@ -131,11 +122,8 @@ def plan(args, optimizers):
         if reason is not None:  # one row for the whole target, not one per case
             skipped.append((target, reason))
             continue
-        for seed in args.seed or [0]:
-            if matrix:
-                work += [(target, case, seed) for case in C.cases(target.optimizer, dtypes, args.steps, args.case)]
-            work += [(target, ScenarioJob(name, args.steps), seed) for name in scenarios]
-    if args.case and not any(C.cases(o, dtypes, args.steps, args.case) for o in optimizers):
+        work += jobs_for(target, dtypes, args.steps, args.seed or [0], args.case, scenarios, matrix)
+    if args.case and not work and not skipped:
         raise UsageError(f"no case matches {args.case!r}")
     return work, skipped
 
@@ -151,8 +139,9 @@ def execute(work, args):
     if args.isolate:
         from .isolate import run_isolated
         return run_isolated(work, args.device, args.timeout)
-    from .isolate import run_job
-    return (run_job(target, case.name, seed, case.steps, args.device) for target, case, seed in work)
+    from .driver import run_job
+    return (run_job(target, case.name, seed, case.steps, args.device, getattr(case, "pattern", None))
+            for target, case, seed in work)
 
 
 def main(argv=None) -> int:
@@ -177,13 +166,15 @@ def main(argv=None) -> int:
             print(f"{target.name}\t(skipped: {reason})")
         return EXIT_OK
     from . import report
+    from .driver import rows
     results, complete, t0 = [skipped_target(t, r, args) for t, r in skipped], True, time.perf_counter()
     try:
-        for n, ((target, case, seed), r) in enumerate(zip(work, execute(work, args)), 1):
-            results.append(r)
-            if not args.quiet:
-                print(f"[{n}/{len(work)}] {r.status:5s} {target.name} {case.name} seed={seed}"
-                      + (f"  ({r.reason})" if r.status in ("error",) else ""), file=sys.stderr, flush=True)
+        for n, ((target, case, seed), out) in enumerate(zip(work, execute(work, args)), 1):
+            for r in rows(out):
+                results.append(r)
+                if not args.quiet:
+                    print(f"[{n}/{len(work)}] {r.status:5s} {target.name} {r.case} seed={seed}"
+                          + (f"  ({r.reason})" if r.status in ("error",) else ""), file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         complete = False
         print("interrupted: writing the cases finished so far (report marked incomplete)", file=sys.stderr)

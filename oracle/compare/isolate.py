@@ -24,17 +24,9 @@ def resolve_target(name: str, optimizer: str):
     return find(name, optimizer)
 
 
-SCENARIO_PREFIX = "scenario:"
-
-
-def run_job(target, case_name: str, seed: int, steps: int, device: str) -> CaseResult:
-    """One matrix case (by name) or one scenario ("scenario:NAME")."""
-    if case_name.startswith(SCENARIO_PREFIX):
-        from .scenarios import SCENARIOS
-        return SCENARIOS[case_name[len(SCENARIO_PREFIX):]].run(target, device, seed)
-    from . import cases as C
-    from .run import run_case
-    return run_case(target, C.find_case(case_name, steps), seed, device)
+def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern=None):
+    from .driver import run_job as run
+    return run(target, case_name, seed, steps, device, pattern)
 
 
 def _worker(conn) -> None:
@@ -46,9 +38,9 @@ def _worker(conn) -> None:
         job = conn.recv()
         if job is None:
             return
-        name, optimizer, case_name, seed, steps, device = job
+        name, optimizer, case_name, seed, steps, device, pattern = job
         try:
-            result = run_job(resolve_target(name, optimizer), case_name, seed, steps, device)
+            result = run_job(resolve_target(name, optimizer), case_name, seed, steps, device, pattern)
         except Exception as exc:  # noqa: BLE001 - reported as the case's error row
             result = error_result(name, optimizer, case_name, seed, steps, f"{type(exc).__name__}: {exc}")
         conn.send(result)
@@ -116,13 +108,13 @@ class Worker:
 
 
 def run_isolated(work, device: str, timeout: float, progress=None):
-    """Yield a CaseResult per (target, case, seed), in order."""
+    """Yield each (target, case, seed) job's result (a CaseResult or a list of them), in order."""
     worker = None
     try:
         for target, case, seed in work:
             if worker is None:
                 worker = Worker()
-            job = (target.name, target.optimizer, case.name, seed, case.steps, device)
+            job = (target.name, target.optimizer, case.name, seed, case.steps, device, getattr(case, "pattern", None))
             out = worker.run(job, timeout)
             if isinstance(out, str):
                 worker = None

@@ -17,16 +17,21 @@ from dataclasses import dataclass
 from typing import Callable
 
 # The order scenarios run and are listed in; each name is a module here
-# defining SCENARIO.
+# defining SCENARIO (or SCENARIOS, several).
 ORDER = ("rank_skew", "construction", "checkpoint", "grad_scaling", "irregular", "long_horizon",
-         "inputs_unchanged")
+         "inputs_unchanged", "engine")
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str
     doc: str
-    run: Callable  # (target, device: str, seed: int) -> CaseResult
+    run: Callable  # (target, device: str, seed: int) -> CaseResult, or a list of them
+    # for training-engine targets (Target.engine) only; the others are for optimizers only
+    engine: bool = False
+
+    def applies(self, target) -> bool:
+        return self.engine == (target.engine is not None)
 
 
 def scenario(name: str, fn: Callable) -> Scenario:
@@ -34,7 +39,12 @@ def scenario(name: str, fn: Callable) -> Scenario:
 
 
 def _load() -> dict[str, Scenario]:
-    return {name: importlib.import_module(f"{__name__}.{name}").SCENARIO for name in ORDER}
+    out = {}
+    for name in ORDER:
+        module = importlib.import_module(f"{__name__}.{name}")
+        for sc in getattr(module, "SCENARIOS", None) or (module.SCENARIO,):
+            out[sc.name] = sc
+    return out
 
 
 SCENARIOS: dict[str, Scenario] = _load()

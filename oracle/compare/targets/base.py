@@ -43,6 +43,9 @@ class Target:
     notes: str = ""
     scaling: Callable | None = None  # step(opt, inv_scale, found_inf) if grad scaling is supported
     in_default: bool = True  # part of a sweep that names no --target
+    # A training engine rather than an optimizer (DeepSpeed's): runs only the
+    # scenarios marked engine=True, with this description of itself.
+    engine: "EngineSpec | None" = None
 
     def unavailable(self, device: str) -> str | None:
         if device not in self.devices:
@@ -57,6 +60,18 @@ class Target:
 
     def compute_dtype(self, storage: str) -> str:
         return storage if self.compute == "storage" else "float32"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What an engine target wraps: the ZeRO stage, the client optimizer (a
+    name its library's engine scenarios know), the model dtype and the world
+    sizes it is run at."""
+
+    zero: int
+    client: str
+    dtype: str
+    worlds: tuple = (1, 2)
 
 
 def torch_make(cls, **flags):
@@ -91,4 +106,4 @@ def unusable(name: str, optimizer: str, reason: str) -> Target:
     return Target(name=name, optimizer=optimizer, make=None, convention=None, requires=lambda d, r=reason: r)
 
 
-__all__ = ["Target", "scaled_step_kwargs", "torch_make", "torch_scaled_step", "unusable", "with_counter"]
+__all__ = ["EngineSpec", "Target", "scaled_step_kwargs", "torch_make", "torch_scaled_step", "unusable", "with_counter"]

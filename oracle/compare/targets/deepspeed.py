@@ -89,7 +89,7 @@ import time
 from oracle.adagrad import DEEPSPEED_ADAGRAD
 from oracle.adam import AdamConvention
 
-from .base import Target
+from .base import EngineSpec, Target
 
 DEEPSPEED_VERSIONS = ">=0.19,<0.20"
 
@@ -307,10 +307,35 @@ def deepspeed_targets() -> list[Target]:
                make=_make("deepspeed.ops.adam.FusedAdam", "adam", adam_w_mode=False),
                requires=_requires("fused_adam"), **common,
                notes=f"{ver} FusedAdam(adam_w_mode=False) on the CPU accelerator; see the adamw target"),
-    ]
+    ] + engine_targets()
 
 
 # --- engine wrappers -----------------------------------------------------------
+
+# client optimizer -> (the oracle optimizer it implements, what it is)
+ENGINE_CLIENTS = {"adamw": ("adamw", "torch.optim.AdamW"), "adagrad": ("adagrad", "torch.optim.Adagrad"),
+                  "cpu_adamw": ("adamw", "deepspeed.ops.adam.DeepSpeedCPUAdam(adamw_mode=True)")}
+ENGINE_SHORT = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+def engine_targets() -> list[Target]:
+    """deepspeed.initialize over gloo with a bf16 model, ZeRO 0 and 1, each client
+    optimizer, world sizes 1 and 2; fp16 with torch AdamW at world size 1. Run
+    by the engine scenarios only (oracle.compare.scenarios.engine), and only
+    when named (--target 'deepspeed.engine.*'): each costs real processes."""
+    out = []
+    for dtype, clients, worlds in (("bfloat16", tuple(ENGINE_CLIENTS), (1, 2)), ("float16", ("adamw",), (1,))):
+        for zero in (0, 1):
+            for client in clients:
+                optimizer, doc = ENGINE_CLIENTS[client]
+                op = {"cpu_adamw": "cpu_adam"}.get(client)
+                out.append(Target(
+                    name=f"deepspeed.engine.zero{zero}.{ENGINE_SHORT[dtype]}.{client}", optimizer=optimizer,
+                    make=None, convention=None, devices=("cpu",), dtypes=(dtype,), in_default=False,
+                    engine=EngineSpec(zero, client, dtype, worlds),
+                    requires=_requires(op) if op else (lambda device: deepspeed_unavailable()),
+                    notes=f"DeepSpeed engine, ZeRO {zero}, {dtype} model, client {doc}"))
+    return out
 
 ENGINE_OPTIMIZERS = ("adamw", "adam", "adagrad", "cpu_adam", "cpu_adamw", "cpu_adagrad")
 ENGINE_DTYPES = ("bfloat16", "float16", "float32")

@@ -2,8 +2,8 @@
 world size 1 and 2, bf16 model, ZeRO stage 0 and 1, with torch AdamW, torch
 Adagrad and DeepSpeedCPUAdam (adamw_mode=True) as the client optimizer.
 
-    python -m oracle.compare.deepspeed_engine --report-dir reports/deepspeed_engine
-    python -m oracle.compare.deepspeed_engine --only deepspeed.engine.zero0.bf16.adamw/world1 --scenario engine_construction
+    python -m oracle.compare --optimizer all --target 'deepspeed.engine.*' --report-dir reports/deepspeed_engine
+    python -m oracle.compare --optimizer adamw --target deepspeed.engine.zero0.bf16.adamw --scenario engine_construction
 
 Scenarios (one oracle.compare.run.CaseResult per target x world x variant):
 
@@ -25,33 +25,32 @@ engine_roundtrip     run N steps with fixed grads, engine.save_checkpoint,
     uninterrupted run's), counters (every optimizer counter and
     engine.global_steps equals the number of real steps taken).
 
-World size 2 runs two real processes (`--worker JOB.pkl`, RANK/WORLD_SIZE set)
-over gloo on 127.0.0.1 with a free port; every rank checks its own state
+World size 2 runs two real processes (`python -m oracle.compare.scenarios.engine
+--worker JOB.pkl`, through oracle.compare.ranks) over gloo on 127.0.0.1; every rank checks its own state
 (tensor names start with "rank r") and pickles {spec: checks} for the parent,
 which merges the ranks into one row. Both ranks see the same grads, so the
 data-parallel average is the grad itself.
 
-Failing rows carry the command that reproduces them in `reason`
-(report.repro_command's `python -m oracle.compare ...` line does not apply).
+The targets are oracle.compare.targets.deepspeed.engine_targets(); every
+row carries the `python -m oracle.compare` command that reproduces it.
 """
 from __future__ import annotations
 
-import argparse
+import fnmatch
 import os
 import pickle
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 
 import numpy as np
 
-from .checks import CheckResult, Finding
-from .bitwise import compare_bits, plain as _plain
-from .run import CaseResult
+from .. import ranks
+from ..bitwise import compare_bits, plain as _plain
+from ..checks import CheckResult, Finding
+from ..run import CaseResult
+from . import Scenario
 
 SCENARIOS = ("engine_construction", "engine_roundtrip")
 ZERO_STAGES = (0, 1)
@@ -103,11 +102,8 @@ class Spec:
         return f"scenario:{self.scenario}/world{self.world}" + (f"-{self.variant}" if self.variant else "")
 
     def repro(self) -> str:
-        cmd = (f"python -m oracle.compare.deepspeed_engine --only {self.target}/world{self.world} "
-               f"--scenario {self.scenario}")
-        if self.variant:
-            cmd += f" --variant {self.variant}"
-        return cmd
+        return (f"python -m oracle.compare --optimizer {OPTIMIZER_KIND[self.optimizer]} --target {self.target} "
+                f"--scenario {self.scenario} --case '{self.case}'")
 
 
 def matrix(scenarios=SCENARIOS, zeros=ZERO_STAGES, optimizers=OPTIMIZERS, worlds=WORLDS, dtypes=("bfloat16",),
@@ -130,7 +126,7 @@ def matrix(scenarios=SCENARIOS, zeros=ZERO_STAGES, optimizers=OPTIMIZERS, worlds
 
 def _engine_class():
     """EngineRun, one rank's engine (world_size set from the spec)."""
-    from .targets.deepspeed import EngineRun
+    from ..targets.deepspeed import EngineRun
 
     def engine(optimizer, zero_stage, dtype, world):
         return EngineRun(optimizer, zero_stage, dtype, world_size=world)
@@ -141,7 +137,7 @@ def init_dist() -> tuple[int, int]:
     """torch.distributed over gloo: world size 1 in this process unless RANK/WORLD_SIZE are set."""
     from datetime import timedelta
 
-    from .targets.deepspeed import configure_env, init_single_process
+    from ..targets.deepspeed import configure_env, init_single_process
     configure_env()
     if "WORLD_SIZE" in os.environ and os.environ["WORLD_SIZE"] != "1":
         import deepspeed
@@ -476,7 +472,7 @@ def _known(spec: Spec, check: str) -> str | None:
 
 
 def _unsupported(spec: Spec) -> str | None:
-    from .targets.deepspeed import deepspeed_unavailable, op_unavailable
+    from ..targets.deepspeed import deepspeed_unavailable, op_unavailable
     reason = deepspeed_unavailable()
     if reason:
         return reason
@@ -493,7 +489,7 @@ def _unsupported(spec: Spec) -> str | None:
 
 def to_result(spec: Spec, per_rank: list, n: int = N_STEPS, m: int = M_STEPS, seed: int = SEED) -> CaseResult:
     """Merge the ranks' (checks, seconds, error) for one spec into a CaseResult."""
-    from .targets.deepspeed import DEFAULT_HPARAMS
+    from ..targets.deepspeed import DEFAULT_HPARAMS
     steps = 0 if spec.scenario == "engine_construction" else n + m
     r = CaseResult(spec.target, spec.case, OPTIMIZER_KIND[spec.optimizer], spec.dtype,
                    [dict(h) for h in DEFAULT_HPARAMS], seed, steps)
@@ -532,17 +528,11 @@ def to_result(spec: Spec, per_rank: list, n: int = N_STEPS, m: int = M_STEPS, se
 
 
 def skip_result(spec: Spec, reason: str, n: int = N_STEPS, m: int = M_STEPS, seed: int = SEED) -> CaseResult:
-    from .targets.deepspeed import DEFAULT_HPARAMS
+    from ..targets.deepspeed import DEFAULT_HPARAMS
     r = CaseResult(spec.target, spec.case, OPTIMIZER_KIND[spec.optimizer], spec.dtype,
                    [dict(h) for h in DEFAULT_HPARAMS], seed, 0 if spec.scenario == "engine_construction" else n + m)
     r.status, r.reason = "skip", reason
     return r
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_world(specs, world: int, n: int = N_STEPS, m: int = M_STEPS, seed: int = SEED,
@@ -558,7 +548,7 @@ def run_world(specs, world: int, n: int = N_STEPS, m: int = M_STEPS, seed: int =
         else:
             todo.append(spec)
     if todo:
-        with tempfile.TemporaryDirectory(prefix="ds-engine-") as work:
+        with ranks.workdir("ds-engine-") as work:
             if world == 1:
                 _, size = init_dist()
                 if size != 1:
@@ -576,46 +566,15 @@ def run_world(specs, world: int, n: int = N_STEPS, m: int = M_STEPS, seed: int =
 
 
 def per_rank_logs(work: str, world: int) -> str:
-    out = []
-    for r in range(world):
-        path = os.path.join(work, f"rank{r}.log")
-        if os.path.exists(path):
-            with open(path, errors="replace") as fh:
-                out.append(f"--- rank {r} log (tail) ---\n" + fh.read()[-3000:])
-    return "\n".join(out)
+    return "\n".join(f"--- rank {r} log (tail) ---\n{ranks.log_tail(work, r)}" for r in range(world))
 
 
 def _spawn(specs, world, work, n, m, seed, timeout) -> list:
     job = os.path.join(work, "job.pkl")
     with open(job, "wb") as fh:
         pickle.dump({"specs": list(specs), "n": n, "m": m, "seed": seed, "out": work}, fh)
-    port = free_port()
-    procs = []
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for r in range(world):
-        env = {**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
-               "LOCAL_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
-               "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        log = open(os.path.join(work, f"rank{r}.log"), "w")  # noqa: SIM115 - closed below
-        procs.append((subprocess.Popen([sys.executable, "-m", "oracle.compare.deepspeed_engine", "--worker", job],
-                                       env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT), log))
-    deadline = time.monotonic() + timeout
-    for p, log in procs:
-        try:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        log.close()
-    out = []
-    for r in range(world):
-        path = os.path.join(work, f"rank{r}.pkl")
-        if os.path.exists(path):
-            with open(path, "rb") as fh:
-                out.append(pickle.load(fh))
-        else:
-            out.append(None)
+    out, _ = ranks.spawn(ranks.python_module("oracle.compare.scenarios.engine", "--worker", job), world, work, timeout,
+                         ranks.rank_env(world, DS_ACCELERATOR="cpu"))
     return out
 
 
@@ -645,72 +604,31 @@ def run_matrix(specs, n: int = N_STEPS, m: int = M_STEPS, seed: int = SEED, log=
     return [out[(s.target, s.case)] for s in specs]
 
 
-def _select(specs, only):
-    if not only:
-        return specs
-    keep = []
-    for s in specs:
-        for o in only:
-            tgt, _, w = o.partition("/")
-            if s.target == tgt and (not w or w == f"world{s.world}"):
-                keep.append(s)
-                break
-    return keep
+def specs_for(target, scenario: str, n: int = N_STEPS) -> list[Spec]:
+    """The rows an engine target gives in one scenario: its world sizes, and
+    for engine_roundtrip a save after N steps and one before any step."""
+    e = target.engine
+    return matrix((scenario,), (e.zero,), (e.client,), e.worlds, (e.dtype,), n=n)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--report-dir", help="write report.md and report.json here (oracle.compare.report.write)")
-    ap.add_argument("--only", action="append", default=[],
-                    help="TARGET or TARGET/worldW, e.g. deepspeed.engine.zero0.bf16.adamw/world1 (repeatable)")
-    ap.add_argument("--scenario", choices=SCENARIOS, action="append")
-    ap.add_argument("--variant", action="append", help="roundtrip variant: save@N or save@0")
-    ap.add_argument("--world", type=int, action="append", choices=(1, 2))
-    ap.add_argument("--zero", type=int, action="append", choices=(0, 1))
-    ap.add_argument("--optimizer", action="append", choices=OPTIMIZERS)
-    ap.add_argument("--fp16", action="store_true", help="also run fp16 rows (torch AdamW, world 1)")
-    ap.add_argument("--steps", type=int, nargs=2, default=(N_STEPS, M_STEPS), metavar=("N", "M"))
-    ap.add_argument("--seed", type=int, default=SEED)
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
-    if a.worker:
-        worker(a.worker)
-        return 0
-    from .report import summarize, summary_table, write
-    n, m = a.steps
-    variants = a.variant or [f"save@{n}", "save@0"]
-    specs = matrix(a.scenario or SCENARIOS, a.zero or ZERO_STAGES, a.optimizer or OPTIMIZERS, a.world or WORLDS,
-                   variants=variants, n=n)
-    if a.fp16:
-        specs += matrix(a.scenario or SCENARIOS, a.zero or ZERO_STAGES, ("adamw",), (1,), ("float16",),
-                        variants=variants, n=n)
-    specs = _select(specs, a.only)
-    if not specs:
-        print("nothing selected", file=sys.stderr)
-        return 2
-    t0 = time.perf_counter()
-    results = run_matrix(specs, n, m, a.seed, log=lambda s: print(s, file=sys.stderr))
-    wall = time.perf_counter() - t0
-    print(summary_table(summarize(results)))
-    for r in results:
-        print(f"{r.status:5s} {r.seconds:6.1f}s {r.target} {r.case}" + (f"  -- {r.reason}" if r.reason else ""))
-    if a.report_dir:
-        extra = {"wall_seconds": round(wall, 1), "steps": {"before_save": n, "after_load": m},
-                 "repro_note": "the per-row 'repro' field is report.repro_command's oracle.compare line, which "
-                               "does not drive these scenarios; failing rows name the right command in 'reason'"}
-        try:
-            from deepspeed.accelerator import get_accelerator
-            extra["fp16_supported_by_cpu_accelerator"] = bool(get_accelerator().is_fp16_supported())
-        except Exception:  # noqa: BLE001, S110 - optional metadata
-            pass
-        write(a.report_dir, results, ["python", "-m", "oracle.compare.deepspeed_engine", *(argv or sys.argv[1:])],
-              complete=True, device="cpu", extra=extra)
-    return 1 if any(r.status == "error" for r in results) else 0
+def engine_scenario(name: str) -> Scenario:
+    def run(target, device="cpu", seed=SEED, pattern=None) -> list[CaseResult]:
+        specs = [s for s in specs_for(target, name)
+                 if pattern is None or fnmatch.fnmatch(s.case, pattern) or pattern in s.case]
+        return run_matrix(specs, seed=seed)
+    run.__doc__ = {"engine_construction": "after deepspeed.initialize, before any step, nothing has changed",
+                   "engine_roundtrip": "engine save_checkpoint / load_checkpoint continues bit for bit"}[name]
+    return Scenario(name, run.__doc__, run, engine=True)
 
 
-__all__ = ["SCENARIOS", "Spec", "compare_snapshots", "construction_checks", "main", "matrix", "roundtrip_checks",
-           "run_matrix", "run_world", "snapshot"]
+SCENARIOS = tuple(engine_scenario(name) for name in ("engine_construction", "engine_roundtrip"))
+
+__all__ = ["SCENARIOS", "Spec", "compare_snapshots", "construction_checks", "matrix", "roundtrip_checks",
+           "run_matrix", "run_world", "snapshot", "specs_for"]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # a rank of a world > 1 run: python -m oracle.compare.scenarios.engine --worker JOB.pkl
+    if sys.argv[1:2] != ["--worker"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m oracle.compare.scenarios.engine --worker JOB.pkl (started by the engine scenarios)")
+    worker(sys.argv[2])

@@ -1,0 +1,74 @@
+"""The one driver: which jobs a selection makes, and running one job.
+
+A job is (target, matrix case or scenario, seed). The CLI (oracle.compare.cli)
+plans jobs here and runs them in worker processes (oracle.compare.isolate);
+the kill matrix (oracle.mutants) runs the same jobs for each mutant. A job
+yields one result row, or several for a scenario with variants (the engine
+scenarios: one row per world size and save point).
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+SCENARIO_PREFIX = "scenario:"
+
+
+@dataclass(frozen=True)
+class ScenarioJob:
+    """A scenario in the work list, shaped like a case (name, steps); `pattern`
+    keeps only the scenario's rows whose case name matches (--case)."""
+
+    scenario: str
+    steps: int
+    pattern: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{SCENARIO_PREFIX}{self.scenario}"
+
+
+def matches(name: str, pattern: str | None) -> bool:
+    return pattern is None or fnmatch.fnmatch(name, pattern) or pattern in name
+
+
+def scenario_selected(job_name: str, pattern: str | None) -> bool:
+    """A scenario job runs under --case PATTERN when the pattern can select
+    one of its rows ("scenario:NAME/variant"): it names the scenario."""
+    return pattern is None or matches(job_name, pattern) or pattern.startswith(job_name + "/") \
+        or fnmatch.fnmatch(job_name + "/", pattern.split("/")[0] + "/")
+
+
+def jobs_for(target, dtypes, steps: int, seeds, case_pattern: str | None, scenario_names, matrix: bool) -> list:
+    """(target, case or ScenarioJob, seed) for one target: its matrix cases
+    (an optimizer target) and every named scenario that applies to it."""
+    from . import cases as C
+    from .scenarios import SCENARIOS
+    work = []
+    for seed in seeds:
+        if matrix and target.engine is None:
+            work += [(target, case, seed) for case in C.cases(target.optimizer, dtypes, steps, case_pattern)]
+        for name in scenario_names:
+            job = ScenarioJob(name, steps, case_pattern)
+            if SCENARIOS[name].applies(target) and scenario_selected(job.name, case_pattern):
+                work.append((target, job, seed))
+    return work
+
+
+def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern: str | None = None):
+    """One matrix case (by name) or one scenario ("scenario:NAME"): a CaseResult or a list of them."""
+    if case_name.startswith(SCENARIO_PREFIX):
+        from .scenarios import SCENARIOS
+        sc = SCENARIOS[case_name[len(SCENARIO_PREFIX):]]
+        return sc.run(target, device, seed, pattern=pattern) if sc.engine else sc.run(target, device, seed)
+    from . import cases as C
+    from .run import run_case
+    return run_case(target, C.find_case(case_name, steps), seed, device)
+
+
+def rows(result) -> list:
+    """A job's result as a list of rows."""
+    return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+__all__ = ["SCENARIO_PREFIX", "ScenarioJob", "jobs_for", "matches", "rows", "run_job", "scenario_selected"]
