@@ -110,7 +110,7 @@ from oracle.adagrad import AdagradConvention
 from oracle.lamb import APEX_LAMB, DEEPSPEED_LAMB
 
 from .extra_targets import _version, make_factory
-from .targets import Target, _torch_make, _torch_scaled_step
+from .targets import TORCH_DECLARED, Target, _torch_make, _torch_scaled_step
 
 APEX_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group", fp32_hparams=True)
 APEX_ADAGRAD = AdagradConvention(decay="l2", eps_mode="outside", counter="param", fp32_hparams=True)
@@ -239,7 +239,7 @@ def gpu_targets() -> list[Target]:
                 name=f"torch.{opt_name}.{path}", optimizer=opt_name, make=_torch_make(cls, **flags),
                 convention=replace(conv, bias_correction_precision=bc), devices=("cuda",), compute=compute,
                 options=frozenset({"amsgrad", "maximize"}), requires=_guarded(lambda: None),
-                scaling=_torch_scaled_step if "fused" in flags else None,
+                scaling=_torch_scaled_step if "fused" in flags else None, declared=TORCH_DECLARED,
                 notes=f"torch {torch.__version__} {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())}): "
                       "state[p]['step'] float32 on the param's device (torch/optim/adam.py _init_group)"))
     # --- apex -----------------------------------------------------------------------

@@ -50,6 +50,7 @@ class Target:
     notes: str = ""
     scaling: Callable | None = None  # step(opt, inv_scale, found_inf) if grad scaling is supported
     in_default: bool = True  # part of a sweep that names no --target
+    declared: tuple = ()     # (check, reason) pairs: deviations by design; the check runs, findings go to its note
 
     def unavailable(self, device: str) -> str | None:
         if device not in self.devices:
@@ -93,6 +94,17 @@ FUSED_COMPUTE = {"adam": "float32", "adamw": "float32", "adagrad": "storage"}
 TORCH_CLASSES = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "adagrad": torch.optim.Adagrad}
 TORCH_OPTIONS = {"adam": {"amsgrad", "maximize"}, "adamw": {"amsgrad", "maximize"},
                  "adagrad": {"lr_decay", "initial_accumulator_value", "maximize"}}
+# Deviations torch makes by design (scenario checks; oracle.compare.scenarios.finish).
+TORCH_DECLARED = (
+    ("flags",
+     "torch's Optimizer.load_state_dict rebuilds param_groups from the checkpoint's groups, so the "
+     "checkpoint's foreach/fused/capturable values replace the constructed ones and the continuation "
+     "runs the checkpoint's path (torch/optim/optimizer.py, load_state_dict.update_group)"),
+    ("counters@16777216",
+     "torch keeps the counter as a 0-dim float32 tensor (optimizer._get_scalar_dtype()); float32 holds "
+     "integers exactly only up to 2**24, so from step 16777216 on it stops advancing (16777216 + 1 "
+     "rounds back to 16777216). Bias corrections there are 1 - beta**t ~ 1 either way"),
+)
 
 
 def torch_targets() -> list[Target]:
@@ -108,6 +120,7 @@ def torch_targets() -> list[Target]:
                 convention=conv, devices=("cpu", "cuda"), compute=compute,
                 options=frozenset(TORCH_OPTIONS[opt_name]),
                 scaling=_torch_scaled_step if path == "fused" else None,
+                declared=TORCH_DECLARED,
                 notes=f"torch {torch.__version__} {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())})"))
     return out
 
