@@ -6,8 +6,14 @@ Steps (each with its own time limit, its log in <report-dir>/logs/<step>.log):
     device   scripts/require_cuda.py: refuse at once without a usable CUDA device (nothing else runs)
     build    scripts/build_kernels.py: build our CUDA kernels (JIT) and run one step with them
     tests    pytest -m gpu (junit XML in <report-dir>/pytest-gpu.xml); no test run counts as a failure
-    compare  python -m oracle.compare --optimizer all --device cuda (report.md, report.json)
+    compare  python -m oracle.compare --optimizer all --device cuda, judged against reports/known.toml
+             (report.md, report.json): known defects pass, new failures and entries no longer
+             reproducing fail
     bench    python benchmarks/bench_fused.py --device cuda (bench.json)
+    diff     only with a previous run's report.json (--previous, or $GPU_PREVIOUS_REPORT: the nightly
+             workflow downloads last night's artifact): copied to <report-dir>/previous/report.json,
+             then python -m oracle.compare diff previous/report.json report.json (diff.md); a new
+             failure, a skip that appeared or a worst error/bound ratio that rose > 2x fails it
 A failing step does not stop the later ones (a nightly run should say everything it can), but the
 exit status is 0 only when every step passed. <report-dir>/steps.json records each step's command,
 exit status, seconds and verdict; <report-dir>/summary.md is the table for CI's job summary.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,18 +39,21 @@ ROOT = Path(__file__).resolve().parent.parent
 NO_CUDA = 3
 
 
-def steps(report_dir: Path, py: str = sys.executable) -> list[tuple[str, list[str], int]]:
-    """(name, argv, default time limit in seconds), in the order they run."""
+def steps(report_dir: Path, py: str = sys.executable, previous: Path | None = None) -> list[tuple[str, list[str], int]]:
+    """(name, argv, default time limit in seconds), in the order they run; "diff" only with a
+    previous report (already copied to <report_dir>/previous/report.json)."""
     rd = str(report_dir)
+    diff = [("diff", [py, "-m", "oracle.compare", "diff", f"{rd}/previous/report.json", f"{rd}/report.json",
+                      "--out", f"{rd}/diff.md"], 300)] if previous is not None else []
     return [
         ("device", [py, "scripts/require_cuda.py", "--json", f"{rd}/device.json"], 120),
         ("build", [py, "scripts/build_kernels.py"], 1200),
         ("tests", [py, "-m", "pytest", "-m", "gpu", "-q", "-ra", "-p", "no:cacheprovider",
                    "--timeout=900", f"--junitxml={rd}/pytest-gpu.xml"], 1800),
         ("compare", [py, "-m", "oracle.compare", "--optimizer", "all", "--device", "cuda",
-                     "--report-dir", rd], 1800),
+                     "--report-dir", rd, "--known", "reports/known.toml"], 1800),
         ("bench", [py, "benchmarks/bench_fused.py", "--device", "cuda", "--out", f"{rd}/bench.json"], 900),
-    ]
+    ] + diff
 
 
 def run_logged(argv: list[str], log: Path, limit_s: int) -> tuple[int | None, float]:
@@ -109,6 +119,10 @@ def verdict(name: str, rc: int | None, report_dir: Path) -> str:
         return "MISMATCH"
     if name == "compare" and rc == 2:
         return "FAIL (usage error)"
+    if name == "diff" and rc == 1:
+        return "WORSE (than the previous run)"
+    if name == "diff" and rc == 2:
+        return "FAIL (unreadable report)"
     return "pass" if rc == 0 else f"FAIL (exit {rc})"
 
 
@@ -165,9 +179,33 @@ def write_summary(report_dir: Path, results: list[dict]) -> str:
     if "bench" in ran:
         bench = bench_table(report_dir / "bench.json")
         md += ["", "## Kernel benchmark", ""] + (bench or ["(no bench.json was written)"])
+    diff = report_dir / "diff.md"
+    if "diff" in ran and diff.exists():
+        md += ["", "## Against the previous run", "", diff.read_text().replace("## oracle.compare diff", "### diff", 1)]
+    elif "compare" in ran and "diff" not in {r["step"] for r in results}:
+        md += ["", "## Against the previous run", "", "No previous report.json (first run, or its artifact could "
+               "not be downloaded): no diff."]
     text = "\n".join(md) + "\n"
     (report_dir / "summary.md").write_text(text)
     return text
+
+
+def keep_previous(path: str | None, report_dir: Path) -> Path | None:
+    """Copy a previous report.json to <report_dir>/previous/report.json (kept with the artifact);
+    None when there is none to diff against."""
+    if not path:
+        return None
+    src = Path(path)
+    if src.is_dir():
+        src = src / "report.json"
+    if not src.is_file():
+        print(f"[gpu_suite] no previous report at {src}: no diff", flush=True)
+        return None
+    dst = report_dir / "previous" / "report.json"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.resolve() != dst.resolve():
+        shutil.copyfile(src, dst)
+    return dst
 
 
 def main(argv=None) -> int:
@@ -175,15 +213,18 @@ def main(argv=None) -> int:
     ap.add_argument("--report-dir", default="reports/gpu", help="where every output goes (default: %(default)s)")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="wall-clock budget for all steps together; each step's limit is cut to what is left")
+    ap.add_argument("--previous", default=os.environ.get("GPU_PREVIOUS_REPORT") or None, metavar="REPORT_JSON",
+                    help="a previous run's report.json to diff against (default $GPU_PREVIOUS_REPORT; none: no diff)")
     args = ap.parse_args(argv)
     end = None if args.budget_s is None else time.monotonic() + args.budget_s
     report_dir = Path(args.report_dir)
     if not report_dir.is_absolute():
         report_dir = ROOT / report_dir
     (report_dir / "logs").mkdir(parents=True, exist_ok=True)
+    previous = keep_previous(args.previous, report_dir)
 
     results = []
-    for name, cmd, default_limit in steps(report_dir):
+    for name, cmd, default_limit in steps(report_dir, previous=previous):
         limit = int(os.environ.get(f"GPU_TIMEOUT_{name.upper()}", default_limit))
         if end is not None:
             limit = min(limit, int(end - time.monotonic()))

@@ -1,5 +1,5 @@
 """Scenarios (oracle.compare.scenarios): torch's paths pass (or fail only on the
-genuine torch defects listed in scenarios.KNOWN), and each scenario FAILS on
+genuine torch defects listed in reports/known.toml), and each scenario FAILS on
 a deliberately broken implementation of exactly its defect, with a finding
 naming the check, the step and the tensor."""
 import json
@@ -26,7 +26,7 @@ def findings(result, check):
 
 
 def expected_failures(target_name, scenario):
-    """Genuine torch 2.13 defects (scenarios.KNOWN): these checks fail on torch."""
+    """Genuine torch 2.13 defects (reports/known.toml): these checks fail on torch."""
     out = set()
     if scenario == "irregular" and target_name.endswith(".fused"):
         out.add("noncontiguous")

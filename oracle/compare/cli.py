@@ -1,6 +1,9 @@
 """`python -m oracle.compare`: run implementations against the oracle and report.
+`python -m oracle.compare diff OLD/report.json NEW/report.json`: what changed (oracle.compare.diff).
 
-Exit status: 0 all checks pass, 1 any mismatch or crashed target, 2 usage error.
+Exit status: 0 every failure is a known defect (reports/known.toml, oracle.compare.known) and every
+applicable known entry still reproduces; 1 a new mismatch or crashed target, or a known entry that
+no longer reproduces; 2 usage error. With --known none: 0 all checks pass, 1 any failure.
 """
 from __future__ import annotations
 
@@ -51,6 +54,9 @@ def parser() -> argparse.ArgumentParser:
                         "(default 300)")
     p.add_argument("--no-isolate", dest="isolate", action="store_false",
                    help="run cases in this process (faster start; a crashing target then ends the sweep)")
+    p.add_argument("--known", metavar="FILE|none",
+                   help="known-findings file judging the run (default reports/known.toml); 'none': every failure "
+                        "fails the run")
     return p
 
 
@@ -146,10 +152,15 @@ def execute(work, args):
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "diff":
+        from .diff import main as diff_main
+        return diff_main(argv[1:])
+    from .known import Judge, KnownFileError
     try:
         args, optimizers = parse(argv)
         work, skipped = plan(args, optimizers)
-    except UsageError as exc:
+        judge = Judge.from_option(args.known, args.device)
+    except (UsageError, KnownFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if not work and not args.list:
@@ -167,7 +178,9 @@ def main(argv=None) -> int:
         return EXIT_OK
     from . import report
     from .driver import rows
+    print("\n".join(judge.header(sorted({t.name for t, _, _ in work}))), flush=True)
     results, complete, t0 = [skipped_target(t, r, args) for t, r in skipped], True, time.perf_counter()
+    judge.export_env()
     try:
         for n, ((target, case, seed), out) in enumerate(zip(work, execute(work, args)), 1):
             for r in rows(out):
@@ -178,18 +191,22 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         complete = False
         print("interrupted: writing the cases finished so far (report marked incomplete)", file=sys.stderr)
+    finally:
+        judge.restore_env()
+    known = judge.judge(results)
     report.write(args.report_dir, results, ["python", "-m", "oracle.compare", *argv], complete, args.device,
-                 {"seconds": round(time.perf_counter() - t0, 2)})
+                 {"seconds": round(time.perf_counter() - t0, 2), "known": known})
+    print("\n".join(judge.lines()))
     print(report.summary_table(report.summarize(results)))
     bad = [r for r in results if r.status in ("fail", "error")]
     print(f"\n{len(results)} cases, {sum(r.status == 'pass' for r in results)} passed, {len(bad)} failed, "
-          f"{sum(r.status == 'skip' for r in results)} skipped in {time.perf_counter() - t0:.1f}s; "
-          f"report: {os.path.join(args.report_dir, 'report.md')}")
-    for r in bad[:10]:
+          f"{sum(r.status == 'skip' for r in results)} skipped in {time.perf_counter() - t0:.1f}s"
+          f"{judge.counts_text()}; report: {os.path.join(args.report_dir, 'report.md')}")
+    for r in [r for r in bad if judge.is_new(r)][:10]:
         first = next((f for c in r.checks.values() for f in c.findings), None)
         where = f" step {first.step} {first.tensor}" if first else ""
-        print(f"  {r.status.upper()} {r.target} {r.case}:{where} {r.reason}\n    reproduce: "
+        print(f"  {'NEW ' if judge.active else ''}{r.status.upper()} {r.target} {r.case}:{where} {r.reason}\n    reproduce: "
               f"{report.repro_command(r, args.device)}")
     if not complete:
         return EXIT_INTERRUPTED
-    return EXIT_MISMATCH if bad else EXIT_OK
+    return EXIT_OK if judge.exit_ok(results) else EXIT_MISMATCH

@@ -117,6 +117,9 @@ def markdown(results, rows, meta: dict, device: str) -> str:
            "Errors are in ULPs of the storage dtype at the operand magnitude; detection power is the smallest "
            "relative error in an update that the lockstep check would catch (median over cases).", "",
            "## Summary", "", summary_table(rows, "github"), ""]
+    if "known" in meta:  # the run was judged against known findings (oracle.compare.known)
+        from .known import markdown as known_markdown
+        out += known_markdown(meta["known"])
     mism = list(mismatch_rows(results, device))
     first = {}
     for r, name, f in mism:

@@ -18,8 +18,8 @@ same INNER runs in that control's construction scenario.
 Verdicts: a mutant is "killed" when any check fails (a crash counts, and is shown
 as "error"); "SURVIVED" otherwise: the suite has a blind spot to fix (a new input,
 a new check, a tighter bound), never the mutant. A control or a torch reference
-"passes" or has a "FALSE POSITIVE"; a failure that oracle.compare.scenarios lists in
-KNOWN (a real defect of torch itself) is shown as "known defect". GPU-only
+"passes" or has a "FALSE POSITIVE"; a failure that reports/known.toml lists for the
+installed torch (a real defect of torch itself) is shown as "known defect". GPU-only
 mutants are listed, and run only with --device cuda.
 
 Exit status: 0 every CPU mutant killed and no false positive, 1 otherwise, 2 usage.
@@ -303,7 +303,7 @@ def markdown(rows, meta) -> str:
            "magnitude, against the derived bound.", "",
            "## Kill matrix", "", table(rows, "github"), "", "## Catalog", "", catalog_table(rows), ""]
     if s["known_defects"]:
-        out += ["## Known defects of the references (oracle.compare.scenarios.KNOWN)", ""]
+        out += ["## Known defects of the references (reports/known.toml)", ""]
         for name, known in s["known_defects"].items():
             for check, text in known.items():
                 out.append(f"- {name} `{check}`: {text}")

@@ -109,7 +109,7 @@ def run_checkpoint(target, device="cpu", seed=0, dtypes=("float32", "bfloat16"))
         checks["capturable"].note = "skipped: capturable counters live on CUDA; nothing to check on CPU"
         notes.append("capturable part skipped on CPU (CUDA only)")
     checks = {k: v for k, v in checks.items() if v.compared or not v.passed or v.note}
-    return finish(result, checks, t0, notes)
+    return finish(target, result, checks, t0, notes)
 
 
 def _compare_runs(res, at, label, opt, ref, detail):
@@ -153,7 +153,7 @@ def _cross(checks, target, dtype, device, seed, hp, make_params, grads, notes):
                                              detail="the loaded optimizer does not run the path it was constructed with"))
     running = target
     if not all(group.get(k) == v for want, group in zip(constructed, opt.param_groups) for k, v in want.items()) \
-            and declared(target.name, "flags"):
+            and declared(target, "flags"):
         # declared: the continuation runs the checkpoint's path, so its numerics are the source's
         running = replace(target, compute=source.compute)
         checks["cross"].note = (f"continuation runs {source.name}'s path (flags taken from the checkpoint); "

@@ -1,8 +1,12 @@
-"""What every scenario shares: inputs from (seed, tags), result rows,
-declared deviations and known defects, the skip rules."""
+"""What every scenario shares: inputs from (seed, tags), result rows, the skip rules.
+
+Deviations a target makes by design are declared on it (Target.declared:
+(check, reason) pairs): such a check still runs, its findings are kept in the
+note and in `reason`, and the row says "declared". Known defects of a library
+are in reports/known.toml (oracle.compare.known): the check still fails and
+`reason` names the entry."""
 from __future__ import annotations
 
-import fnmatch
 import time
 import traceback
 import zlib
@@ -23,46 +27,15 @@ def base_hparams(optimizer: str) -> dict | None:
     rec = records().get(optimizer)
     return None if rec is None else dict(rec.scenario_hparams)
 
-# (target glob, check, reason): a deviation torch makes by design; the check
-# runs and its findings are reported in the note, not as a failure.
-DECLARED = [
-    ("torch.*", "flags",
-     "torch's Optimizer.load_state_dict rebuilds param_groups from the checkpoint's groups, so the "
-     "checkpoint's foreach/fused/capturable values replace the constructed ones and the continuation "
-     "runs the checkpoint's path (torch/optim/optimizer.py, load_state_dict.update_group)"),
-    ("torch.*", "counters@16777216",
-     "torch keeps the counter as a 0-dim float32 tensor (optimizer._get_scalar_dtype()); float32 holds "
-     "integers exactly only up to 2**24, so from step 16777216 on it stops advancing (16777216 + 1 "
-     "rounds back to 16777216). Bias corrections there are 1 - beta**t ~ 1 either way"),
-]
+def known(target_name: str, check: str, case: str | None = None) -> str | None:
+    """The known-defect text (reports/known.toml, oracle.compare.known) for a failing check, if any."""
+    from ..known import note
+    return note(target_name, check, case)
 
 
-# (target glob, check, text): genuine defects found in a library by these
-# scenarios. The check still FAILS; the text is added to `reason` so a reader
-# of the report knows it is known and where it comes from.
-KNOWN = [
-    ("torch.*.fused", "noncontiguous",
-     "known torch 2.13 defect: the CPU fused Adam/AdamW/Adagrad kernels pair elements of params, grads and "
-     "state by memory offset; when their strides differ (a transposed or strided param or grad; state made "
-     "by zeros_like of a non-dense param is dense) grads land on the wrong elements. forloop/foreach are right"),
-    ("torch.adagrad.*", "eager_init",
-     "known torch 2.13 defect: Adagrad.__init__ fills `sum` with the constructor's initial_accumulator_value, "
-     "ignoring a param group's own value (which is kept in param_groups and saved in checkpoints)"),
-]
-
-
-def known(target_name: str, check: str) -> str | None:
-    for pattern, name, text in KNOWN:
-        if name == check and fnmatch.fnmatch(target_name, pattern):
-            return text
-    return None
-
-
-def declared(target_name: str, check: str) -> str | None:
-    for pattern, name, reason in DECLARED:
-        if name == check and fnmatch.fnmatch(target_name, pattern):
-            return reason
-    return None
+def declared(target, check: str) -> str | None:
+    """The reason a target declares for deviating in `check` by design (Target.declared), if any."""
+    return dict(getattr(target, "declared", ())).get(check)
 
 
 # --- inputs ------------------------------------------------------------------
@@ -96,11 +69,11 @@ def skip(result: CaseResult, reason: str) -> CaseResult:
     return result
 
 
-def finish(result: CaseResult, checks: dict, t0: float, notes: list[str] = ()) -> CaseResult:
+def finish(target, result: CaseResult, checks: dict, t0: float, notes: list[str] = ()) -> CaseResult:
     result.checks = dict(checks)
     declared_notes = []
     for name, c in result.checks.items():
-        reason = declared(result.target, name)
+        reason = declared(target, name)
         if reason and not c.passed:
             shown = "; ".join(f"step {f.step} {f.tensor}: expected {f.expected}, got {f.got}" for f in c.findings[:3])
             c.note = (c.note + " " if c.note else "") + f"declared deviation ({reason}); findings: {shown}"
@@ -109,8 +82,8 @@ def finish(result: CaseResult, checks: dict, t0: float, notes: list[str] = ()) -
             declared_notes.append(f"{name}: declared deviation")
     if not all(c.passed for c in result.checks.values()):
         result.status = "fail"
-    known_notes = [f"{name}: {known(result.target, name)}" for name, c in result.checks.items()
-                   if not c.passed and known(result.target, name)]
+    known_notes = [f"{name}: {text}" for name, c in result.checks.items()
+                   if not c.passed and (text := known(result.target, name, result.case))]
     result.reason = "; ".join([*known_notes, *notes, *declared_notes])
     result.seconds = time.perf_counter() - t0
     return result

@@ -206,7 +206,7 @@ def run_construction(target, device="cpu", seed=0, wrapper=MasterWeights, wrappe
                                                             p.detach(), want, "model param != master rounded"))
     if not checks["eager_init"].compared:
         del checks["eager_init"]
-    return finish(result, checks, t0, notes)
+    return finish(target, result, checks, t0, notes)
 
 
 SCENARIO = scenario("construction", run_construction)

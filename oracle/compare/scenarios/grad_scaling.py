@@ -52,7 +52,7 @@ def run_grad_scaling(target, device="cpu", seed=0):
         else:
             ls.step(k, grads, GradScaling(inv_scale=1.0 / scale),
                     do_step=lambda: target.scaling(opt, 1.0 / scale, False))
-    return finish(result, checks, t0)
+    return finish(target, result, checks, t0)
 
 
 SCENARIO = scenario("grad_scaling", run_grad_scaling)

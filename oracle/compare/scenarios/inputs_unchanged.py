@@ -64,7 +64,7 @@ def run_inputs_unchanged(target, device="cpu", seed=0, steps=3):
                         if not _same_value(group.get(key), val):
                             res.fail(Finding("inputs_unchanged", k, f"{label}group {gi} {key}", expected=repr(val),
                                              got=repr(group.get(key)), detail="hyperparameter modified by step()"))
-    return finish(result, {"inputs_unchanged": res}, t0)
+    return finish(target, result, {"inputs_unchanged": res}, t0)
 
 
 def _same_value(a, b) -> bool:

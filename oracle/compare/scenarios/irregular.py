@@ -123,7 +123,7 @@ def run_irregular(target, device="cpu", seed=0):
                     res.fail(Finding(name, k, f"[{name}] group {g} param {i} storage", expected=f"{ptr:#x} {stride}",
                                      got=f"{p.data_ptr():#x} {p.stride()}",
                                      detail="the param was replaced, not updated in place (views of it go stale)"))
-    return finish(result, checks, t0, notes)
+    return finish(target, result, checks, t0, notes)
 
 
 SCENARIO = scenario("irregular", run_irregular)

@@ -66,7 +66,7 @@ def run_long_horizon(target, device="cpu", seed=0, horizons=HORIZONS):
             grads = [[grad_values(seed, ("horizon", i), k, s, "float32") for i, s in enumerate(shapes)]]
             set_grads(params, grads)
             ls.step(k, grads)
-    return finish(result, checks, t0)
+    return finish(target, result, checks, t0)
 
 
 SCENARIO = scenario("long_horizon", run_long_horizon)

@@ -70,7 +70,7 @@ def run_rank_skew(target, device="cpu", seed=0, worlds=RANK_SKEW_WORLDS, timeout
                     merged.fail(replace(f, tensor=f"world {world} {f.tensor}"), keep=8)
                 if not c.passed:
                     merged.passed = False
-    return finish(result, checks, t0, notes)
+    return finish(target, result, checks, t0, notes)
 
 
 def rank_skew_hparams(optimizer: str) -> list[dict]:

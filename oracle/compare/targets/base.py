@@ -43,6 +43,7 @@ class Target:
     notes: str = ""
     scaling: Callable | None = None  # step(opt, inv_scale, found_inf) if grad scaling is supported
     in_default: bool = True  # part of a sweep that names no --target
+    declared: tuple = ()     # (check, reason) pairs: deviations by design; the check runs, findings go to its note
     # A training engine rather than an optimizer (DeepSpeed's): runs only the
     # scenarios marked engine=True, with this description of itself.
     engine: "EngineSpec | None" = None

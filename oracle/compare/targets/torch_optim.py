@@ -12,6 +12,18 @@ import oracle
 from ..optimizers import records
 from .base import Target, torch_make, torch_scaled_step
 
+# Deviations torch makes by design (scenario checks; oracle.compare.scenarios.common.finish).
+TORCH_DECLARED = (
+    ("flags",
+     "torch's Optimizer.load_state_dict rebuilds param_groups from the checkpoint's groups, so the "
+     "checkpoint's foreach/fused/capturable values replace the constructed ones and the continuation "
+     "runs the checkpoint's path (torch/optim/optimizer.py, load_state_dict.update_group)"),
+    ("counters@16777216",
+     "torch keeps the counter as a 0-dim float32 tensor (optimizer._get_scalar_dtype()); float32 holds "
+     "integers exactly only up to 2**24, so from step 16777216 on it stops advancing (16777216 + 1 "
+     "rounds back to 16777216). Bias corrections there are 1 - beta**t ~ 1 either way"),
+)
+
 # (path, constructor flags, compute): forloop and foreach on bf16/fp16 params
 # round every operation to the param dtype; the fused path computes in fp32
 # unless the record says otherwise (with its reason there).
@@ -44,9 +56,9 @@ def torch_targets() -> list[Target]:
                 name=f"torch.{name}.{path}", optimizer=name, make=torch_make(cls, **flags),
                 convention=oracle.SPECS[name].convention, devices=("cpu", "cuda"),
                 compute=compute or rec.torch_fused_compute, options=accepted_options(cls, name),
-                scaling=torch_scaled_step if path == "fused" else None,
+                scaling=torch_scaled_step if path == "fused" else None, declared=TORCH_DECLARED,
                 notes=f"torch {torch.__version__} {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())})"))
     return out
 
 
-__all__ = ["PATHS", "accepted_options", "torch_class", "torch_targets"]
+__all__ = ["PATHS", "TORCH_DECLARED", "accepted_options", "torch_class", "torch_targets"]
