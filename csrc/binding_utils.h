@@ -59,6 +59,16 @@ inline StorageKinds kinds_of(const Tensors& grads, const Tensors& params, const 
   return k;
 }
 
+// SGD's kinds: without momentum there are no buffers, and the (unused) moment
+// type is float32.
+inline StorageKinds sgd_kinds(const Tensors& grads, const Tensors& params, const Tensors& bufs,
+                              const Tensors& models) {
+  if (!bufs.empty()) return kinds_of(grads, params, bufs, models);
+  StorageKinds k = kinds_of(grads, params, params, models);
+  k.moment = Dtype::f32;
+  return k;
+}
+
 // The slot lists of an optimizer call: the fixed slots, then models if any.
 inline std::vector<const Tensors*> with_models(std::vector<const Tensors*> fixed, const Tensors& models) {
   if (!models.empty()) fixed.push_back(&models);

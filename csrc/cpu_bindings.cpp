@@ -33,6 +33,23 @@ void adagrad(const Tensors& grads, const Tensors& params, const Tensors& sums, c
                threads());
 }
 
+// bufs: the momentum buffers, or empty when momentum == 0; first: every buffer
+// of this call starts now (torch's first step: buf <- g).
+void sgd(const Tensors& grads, const Tensors& params, const Tensors& bufs, const Tensors& models, double lr,
+         double momentum, double dampening, double weight_decay, bool nesterov, bool maximize, bool first,
+         int64_t step, double inv_scale) {
+  if (grads.empty()) return;
+  const bool with_buffer = !bufs.empty();
+  TORCH_CHECK(with_buffer == (momentum != 0.0), "sgd: momentum buffers are needed exactly when momentum != 0");
+  const auto lists = make_lists(with_models(with_buffer ? std::vector<const Tensors*>{&grads, &params, &bufs}
+                                                        : std::vector<const Tensors*>{&grads, &params},
+                                            models),
+                                at::kCPU);
+  const SgdHyper h{lr, momentum, dampening, weight_decay, nesterov, maximize, first};
+  cpu::sgd(lists, sgd_kinds(grads, params, bufs, models), make_scalars(h, double(step), lr, inv_scale, false),
+           with_buffer, threads());
+}
+
 at::Tensor sumsq(const Tensors& tensors, double scale) {
   auto out = at::zeros({int64_t(tensors.size())}, at::dtype(at::kDouble));
   if (tensors.empty()) return out;
@@ -95,6 +112,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace b = optim::bind;
   m.def("adam", &b::adam);
   m.def("adagrad", &b::adagrad);
+  m.def("sgd", &b::sgd);
   m.def("sumsq", &b::sumsq);
   m.def("lamb_update", &b::lamb_update);
   m.def("lamb_apply", &b::lamb_apply);

@@ -82,6 +82,18 @@ void adagrad(const TensorLists& lists, const StorageKinds& kinds, const AdagradS
   });
 }
 
+void sgd(const TensorLists& lists, const StorageKinds& kinds, const SgdScalars& s, bool with_buffer, int threads) {
+  if (s.skip) return;
+  with_kinds(kinds, [&](auto g, auto p, auto m, auto master) {
+    using G = decltype(g);
+    using P = decltype(p);
+    using M = decltype(m);
+    constexpr bool kMaster = decltype(master)::value;
+    if (with_buffer) apply_op<SgdMomentumOp<G, P, M, kMaster>>(lists, threads, s);
+    else apply_op<SgdOp<G, P, M, kMaster>>(lists, threads, s);
+  });
+}
+
 void sumsq(const TensorLists& lists, Dtype dtype, double scale, double* out, int threads) {
   const std::vector<int64_t> offsets = chunk_offsets(lists.numel, kChunk);
   std::vector<double> partial(size_t(offsets.back()), 0.0);

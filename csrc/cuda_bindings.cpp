@@ -67,6 +67,26 @@ void adagrad(const Tensors& grads, const Tensors& params, const Tensors& sums, c
                 dev.get(), as_stream(stream));
 }
 
+// As the CPU binding: bufs empty when momentum == 0; first: every buffer starts now.
+void sgd(const Tensors& grads, const Tensors& params, const Tensors& bufs, const Tensors& models, double lr,
+         double momentum, double dampening, double weight_decay, bool nesterov, bool maximize, bool first,
+         int64_t step, double inv_scale, const MaybeTensor& step_t, const MaybeTensor& lr_t,
+         const MaybeTensor& inv_scale_t, const MaybeTensor& found_inf_t, int64_t stream) {
+  if (grads.empty()) return;
+  const bool with_buffer = !bufs.empty();
+  TORCH_CHECK(with_buffer == (momentum != 0.0), "sgd: momentum buffers are needed exactly when momentum != 0");
+  const auto device = grads[0].device();
+  const auto lists = make_lists(with_models(with_buffer ? std::vector<const Tensors*>{&grads, &params, &bufs}
+                                                        : std::vector<const Tensors*>{&grads, &params},
+                                            models),
+                                device);
+  const auto scalars = scalar_buffer(grads[0], sizeof(SgdScalars));
+  const auto dev = device_step(step_t, lr_t, inv_scale_t, found_inf_t, scalars);
+  cuda::sgd(lists, sgd_kinds(grads, params, bufs, models),
+            SgdHyper{lr, momentum, dampening, weight_decay, nesterov, maximize, first}, with_buffer,
+            cuda::HostStep{double(step), lr, inv_scale}, dev.get(), as_stream(stream));
+}
+
 at::Tensor sumsq(const Tensors& tensors, double scale, int64_t stream) {
   TORCH_CHECK(!tensors.empty(), "sumsq: empty list");
   const auto device = tensors[0].device();
@@ -116,6 +136,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace b = optim::bind;
   m.def("adam", &b::adam);
   m.def("adagrad", &b::adagrad);
+  m.def("sgd", &b::sgd);
   m.def("sumsq", &b::sumsq);
   m.def("lamb_update", &b::lamb_update);
   m.def("lamb_apply", &b::lamb_apply);

@@ -17,7 +17,7 @@ struct HostStep {
 
 // Capturable mode: device pointers read by a one-thread kernel that makes the
 // step's scalars on the device into `scalars` (a device buffer of
-// sizeof(AdamScalars) or sizeof(AdagradScalars) bytes). step is required;
+// sizeof the optimizer's Scalars bytes). step is required;
 // the others may be null (then the host value; found_inf: no skip).
 struct DeviceStep {
   const int64_t* step;
@@ -31,6 +31,9 @@ void adam(const TensorLists& lists, const StorageKinds& kinds, const AdamHyper& 
           const DeviceStep* device, void* stream);
 void adagrad(const TensorLists& lists, const StorageKinds& kinds, const AdagradHyper& h, const HostStep& host,
              const DeviceStep* device, void* stream);
+// with_buffer: the lists carry momentum buffers (momentum != 0).
+void sgd(const TensorLists& lists, const StorageKinds& kinds, const SgdHyper& h, bool with_buffer,
+         const HostStep& host, const DeviceStep* device, void* stream);
 
 // out[t] = sum of (x*scale)^2 over tensor t (slot 0), in double. partials:
 // one double per chunk (chunk_offsets(numel).back()); offsets: chunk_offsets

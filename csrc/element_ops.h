@@ -6,6 +6,8 @@
 // Slot layouts (the order the bindings and fused/ pass their lists in):
 //   Adam         grad, param, exp_avg, exp_avg_sq [, model]
 //   Adagrad      grad, param, sum [, model]
+//   SGD          grad, param, momentum_buffer [, model]   (momentum != 0)
+//   SGD plain    grad, param [, model]                    (momentum == 0)
 //   LAMB update  grad, param, exp_avg, exp_avg_sq, update
 //   LAMB apply   update, param [, model]
 // "param" is the fp32 master when there is one; "model" is then the
@@ -62,6 +64,46 @@ template <class G, class P, class M, bool Master> struct AdagradOp {
   OPTIM_HD void store(Regs& r, int64_t i) const {
     adagrad_update(r.p, r.h, r.g, s);
     p[i] = from_float<P>(r.p); h[i] = from_float<M>(r.h);
+    if constexpr (Master) model[i] = from_float<G>(r.p);
+  }
+};
+
+template <class G, class P, class M, bool Master> struct SgdMomentumOp {
+  static constexpr int kDepth = Master ? 4 : 3;
+  struct Regs { float g, p, b; };
+  const G* g; P* p; M* b; G* model;
+  SgdScalars s;
+
+  template <class Slot> OPTIM_HD SgdMomentumOp(const Slot& slot, int64_t start, const SgdScalars& scalars)
+      : g(slot_at<const G>(slot, 0, start)), p(slot_at<P>(slot, 1, start)),
+        b(slot_at<M>(slot, 2, start)), model(nullptr), s(scalars) {
+    if constexpr (Master) model = slot_at<G>(slot, 3, start);
+  }
+  OPTIM_HD void load(Regs& r, int64_t i) const {
+    r.g = to_float(g[i]); r.p = to_float(p[i]); r.b = to_float(b[i]);
+  }
+  OPTIM_HD void store(Regs& r, int64_t i) const {
+    sgd_momentum_update(r.p, r.b, r.g, s);
+    p[i] = from_float<P>(r.p); b[i] = from_float<M>(r.b);
+    if constexpr (Master) model[i] = from_float<G>(r.p);
+  }
+};
+
+// momentum == 0: no buffer slot; M is unused (the dispatch passes float).
+template <class G, class P, class M, bool Master> struct SgdOp {
+  static constexpr int kDepth = Master ? 3 : 2;
+  struct Regs { float g, p; };
+  const G* g; P* p; G* model;
+  SgdScalars s;
+
+  template <class Slot> OPTIM_HD SgdOp(const Slot& slot, int64_t start, const SgdScalars& scalars)
+      : g(slot_at<const G>(slot, 0, start)), p(slot_at<P>(slot, 1, start)), model(nullptr), s(scalars) {
+    if constexpr (Master) model = slot_at<G>(slot, 2, start);
+  }
+  OPTIM_HD void load(Regs& r, int64_t i) const { r.g = to_float(g[i]); r.p = to_float(p[i]); }
+  OPTIM_HD void store(Regs& r, int64_t i) const {
+    sgd_update(r.p, r.g, s);
+    p[i] = from_float<P>(r.p);
     if constexpr (Master) model[i] = from_float<G>(r.p);
   }
 };

@@ -3,7 +3,7 @@
 // Each function here is called, unchanged, from the CPU loops (cpu_kernels.cpp)
 // and from the CUDA functors (cuda_*.cu), for plain, master-weight and
 // capturable variants alike. The equations and their order follow the
-// float64 specification in oracle/ (adam.py, adagrad.py, lamb.py); the
+// float64 specification in oracle/ (adam.py, adagrad.py, lamb.py, sgd.py); the
 // conventions implemented are the ones fused.CONVENTIONS names.
 //
 // Per-step scalars (bias corrections, lr/bc1, 1 - lr*wd, ...) are computed
@@ -196,5 +196,57 @@ OPTIM_HD double lamb_step_factor(double lr, double p_sumsq, double u_sumsq, bool
 
 // Stage 5 for one element.
 OPTIM_HD void lamb_apply(float& p, float u, float step_factor) { p = p - step_factor * u; }
+
+// ---------------------------------------------------------------- SGD
+// torch.optim.SGD (oracle/sgd.py, decay "l2", first_step "copy").
+
+struct SgdHyper {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, maximize;
+  bool first;  // the buffers of this call start now (their params had none): buf <- g
+};
+
+struct SgdScalars {
+  float lr, momentum, one_minus_dampening, weight_decay, inv_scale;
+  int l2;        // wd != 0: torch skips the term otherwise (0*p is NaN for an infinite param)
+  int nesterov, maximize, first;
+  int skip;
+};
+
+// step is unused: SGD reads no counter (the signature is the launcher's).
+OPTIM_HD SgdScalars make_scalars(const SgdHyper& h, double /*step*/, double lr, double inv_scale, bool skip) {
+  SgdScalars s;
+  s.lr = float(lr);
+  s.momentum = float(h.momentum);
+  s.one_minus_dampening = float(1.0 - h.dampening);
+  s.weight_decay = float(h.weight_decay);
+  s.inv_scale = float(inv_scale);
+  s.l2 = h.weight_decay != 0.0 ? 1 : 0;
+  s.nesterov = h.nesterov ? 1 : 0;
+  s.maximize = h.maximize ? 1 : 0;
+  s.first = h.first ? 1 : 0;
+  s.skip = skip ? 1 : 0;
+  return s;
+}
+
+// The grad the update sees: unscaled, negated (maximize), plus wd*p (L2).
+OPTIM_HD float sgd_grad(float p, float grad, const SgdScalars& s) {
+  float g = grad * s.inv_scale;
+  if (s.maximize) g = -g;
+  if (s.l2) g = g + s.weight_decay * p;
+  return g;
+}
+
+// One SGD element with a momentum buffer:
+//   buf <- g (first) or mu*buf + (1-dampening)*g;  g <- g + mu*buf (nesterov) or buf;  p <- p - lr*g
+OPTIM_HD void sgd_momentum_update(float& p, float& buf, float grad, const SgdScalars& s) {
+  float g = sgd_grad(p, grad, s);
+  buf = s.first ? g : s.momentum * buf + s.one_minus_dampening * g;
+  g = s.nesterov ? g + s.momentum * buf : buf;
+  p = p - s.lr * g;
+}
+
+// One SGD element without momentum (momentum == 0: no buffer exists).
+OPTIM_HD void sgd_update(float& p, float grad, const SgdScalars& s) { p = p - s.lr * sgd_grad(p, grad, s); }
 
 }  // namespace optim

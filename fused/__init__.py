@@ -8,13 +8,15 @@ from .adam import FusedAdam
 from .checkpoint import load_checkpoint
 from .conventions import CONVENTIONS, convention_of
 from .lamb import FusedLAMB
+from .sgd import FusedSGD
 
 OPTIMIZERS = {
     "adamw": (FusedAdam, {"adam_w_mode": True}),
     "adam": (FusedAdam, {"adam_w_mode": False}),
     "adagrad": (FusedAdagrad, {}),
     "lamb": (FusedLAMB, {}),
+    "sgd": (FusedSGD, {}),
 }
 
-__all__ = ["CONVENTIONS", "OPTIMIZERS", "FusedAdagrad", "FusedAdam", "FusedLAMB", "convention_of",
+__all__ = ["CONVENTIONS", "OPTIMIZERS", "FusedAdagrad", "FusedAdam", "FusedLAMB", "FusedSGD", "convention_of",
            "load_checkpoint"]

@@ -9,7 +9,8 @@ State schema (canonical, the oracle's names):
                              at all when found_inf is set.
     state[p]["master_param"] fp32 copy of an fp16/bf16 param (master_weights);
                              the param is then the master rounded after each step.
-    state[p][<moments>]      exp_avg, exp_avg_sq (Adam, LAMB) or sum (Adagrad),
+    state[p][<moments>]      exp_avg, exp_avg_sq (Adam, LAMB), sum (Adagrad) or
+                             momentum_buffer (SGD, only while momentum != 0),
                              in `moment_dtype` (float32 or bfloat16).
 State is created on a param's first step with a grad; construction and
 state_dict() before a step create nothing.
@@ -79,9 +80,13 @@ class Bucket:
 class FusedOptimizer(torch.optim.Optimizer):
     """Base class; subclasses define `_check_hparams`, `_init_moments` and `_update`."""
 
+    # torch flags the subclass implements (maximize for FusedSGD); the others
+    # are refused when True, and dropped from the defaults when False
+    FLAGS: frozenset = frozenset()
+
     def __init__(self, params, defaults: dict):
         for key in ("maximize", "amsgrad", "differentiable", "foreach"):
-            if defaults.pop(key, False):
+            if key not in self.FLAGS and defaults.pop(key, False):
                 raise ValueError(f"{type(self).__name__} does not support {key}=True")
         super().__init__(params, defaults)
 
@@ -139,7 +144,7 @@ class FusedOptimizer(torch.optim.Optimizer):
 
     def _check_common(self, gi: int, group: dict) -> None:
         for key in ("maximize", "amsgrad"):
-            if group.get(key, False):
+            if key not in self.FLAGS and group.get(key, False):
                 raise ValueError(f"group {gi}: {type(self).__name__} does not support {key}=True")
         if group["moment_dtype"] not in MOMENT_DTYPES:
             raise ValueError(f"group {gi}: moment_dtype must be torch.float32 or torch.bfloat16, "
@@ -190,10 +195,13 @@ class FusedOptimizer(torch.optim.Optimizer):
 
     MOMENTS: tuple = ()  # the state keys of the moments, in moment_dtype
     OPTIONS: tuple = ()  # the oracle options (oracle.spec OptimizerSpec.options) this class implements
+    # moments a stepped param may lack (checked when present): SGD's buffer
+    # exists only while momentum != 0, and torch keeps it when momentum drops to 0
+    OPTIONAL_MOMENTS: tuple = ()
 
     def _state_spec(self, group: dict, p: torch.Tensor) -> dict:
         """key -> dtype of a param's state once it has stepped."""
-        spec = {key: group["moment_dtype"] for key in self.MOMENTS}
+        spec = {key: group["moment_dtype"] for key in (*self.MOMENTS, *self.OPTIONAL_MOMENTS)}
         if self._uses_master(group, p):
             spec["master_param"] = torch.float32
         return spec
@@ -208,12 +216,15 @@ class FusedOptimizer(torch.optim.Optimizer):
         if not entry:
             return
         spec = self._state_spec(group, p)
-        missing, extra = sorted(set(spec) - set(entry)), sorted(set(entry) - set(spec), key=str)
+        missing = sorted(set(spec) - set(entry) - set(self.OPTIONAL_MOMENTS))
+        extra = sorted(set(entry) - set(spec), key=str)
         if missing:
             raise ValueError(f"{where}: state is missing {missing} (expected {sorted(spec)})")
         if extra:
             raise ValueError(f"{where}: unknown state keys {extra} (expected {sorted(spec)})")
         for key, dtype in spec.items():
+            if key not in entry:  # an optional moment
+                continue
             v = entry[key]
             if not isinstance(v, torch.Tensor):
                 raise TypeError(f"{where}: state {key!r} must be a tensor, got {type(v).__name__}")

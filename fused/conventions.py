@@ -2,7 +2,9 @@
 
 The defaults of each class; a flag changes the convention as noted:
 FusedAdam(bias_correction=False) -> bias_correction=False; FusedLAMB(use_nvlamb=True)
--> trust="always", FusedLAMB(adam_w_mode=False) -> decay="l2". `convention_of`
+-> trust="always", FusedLAMB(adam_w_mode=False) -> decay="l2". FusedSGD's
+flags (nesterov, dampening, maximize) are hyperparameters, not conventions;
+it keeps a group counter where torch's SGD keeps none. `convention_of`
 returns the convention of a configured optimizer's group.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ import dataclasses
 from oracle.adagrad import AdagradConvention
 from oracle.adam import AdamConvention
 from oracle.lamb import LambConvention
+from oracle.sgd import SGDConvention
 
 CONVENTIONS = {
     "adam": AdamConvention(decay="l2", eps_mode="outside", counter="group"),
@@ -19,6 +22,7 @@ CONVENTIONS = {
     "adagrad": AdagradConvention(decay="l2", counter="group"),
     "adagrad_w": AdagradConvention(decay="decoupled", counter="group"),
     "lamb": LambConvention(),  # apex FusedLAMB
+    "sgd": SGDConvention(decay="l2", first_step="copy", counter="group"),  # torch SGD's math
 }
 
 
@@ -27,6 +31,7 @@ def convention_of(optimizer, group: int = 0):
     from .adagrad import FusedAdagrad
     from .adam import FusedAdam
     from .lamb import FusedLAMB
+    from .sgd import FusedSGD
 
     g = optimizer.param_groups[group]
     if isinstance(optimizer, FusedAdam):
@@ -39,4 +44,6 @@ def convention_of(optimizer, group: int = 0):
                                    trust="always" if g["use_nvlamb"] else "decay_only",
                                    bias_correction="moments" if g["bias_correction"] else "none")
         return "lamb", conv
+    if isinstance(optimizer, FusedSGD):
+        return "sgd", CONVENTIONS["sgd"]
     raise TypeError(f"not a fused optimizer: {type(optimizer).__name__}")

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-COUNTERS = ("param", "group")
+# "none": no counter at all (torch SGD, the reference Lion implementations);
+# an update rule that reads no t declares it so that state carries no "step".
+COUNTERS = ("param", "group", "none")
 
 
 @dataclass
@@ -126,7 +128,8 @@ def drive(params, grads, state, hparams, counter, scaling, update):
 
     Counters: under "group" every group's counter advances on every step,
     empty groups and groups whose params all lack grads included; under
-    "param" a param's counter advances only when it has a grad.
+    "param" a param's counter advances only when it has a grad; under "none"
+    nothing advances and `update` gets t=None (the rule must not read it).
     found_inf skips everything, counters included.
     """
     check_counter(counter)
@@ -148,7 +151,7 @@ def drive(params, grads, state, hparams, counter, scaling, update):
             st = new_state.params[g][i]
             if counter == "param":
                 st["step"] = st.get("step", 0) + 1
-            t = new_state.group_step[g] if counter == "group" else st["step"]
+            t = {"group": new_state.group_step[g], "param": st.get("step"), "none": None}[counter]
             scaled = as_float64(grad) * inv_scale if inv_scale != 1.0 else as_float64(grad)
             new_params[g][i], new_state.params[g][i] = update(g, i, p, scaled, st, t)
     return new_params, new_state

@@ -15,6 +15,7 @@ from oracle import OptState
 from oracle.adagrad import AdagradConvention
 from oracle.adam import AdamConvention
 from oracle.lamb import LambConvention
+from oracle.sgd import SGDConvention
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,14 +31,16 @@ def good():
     return params, grads
 
 
-NAMES = ["adam", "adamw", "adagrad", "lamb"]
+NAMES = ["adam", "adamw", "adagrad", "lamb", "sgd"]
 BAD_HPARAMS = [
     ("lr", -1e-3), ("lr", math.nan), ("eps", -1e-8), ("eps", math.nan), ("weight_decay", -0.1),
     ("betas", (0.9, 1.0)), ("betas", (-0.1, 0.999)), ("betas", (1.5, 0.999)), ("betas", (0.9, math.nan)),
     ("lr_decay", -0.1), ("initial_accumulator_value", -1.0), ("max_grad_norm", -1.0), ("max_coeff", -1.0),
+    ("momentum", -0.1), ("momentum", math.nan), ("dampening", math.nan),
 ]
 APPLIES = {"betas": {"adam", "adamw", "lamb"}, "lr_decay": {"adagrad"}, "initial_accumulator_value": {"adagrad"},
-           "max_grad_norm": {"lamb"}, "max_coeff": {"lamb"}}
+           "max_grad_norm": {"lamb"}, "max_coeff": {"lamb"}, "eps": {"adam", "adamw", "adagrad", "lamb"},
+           "momentum": {"sgd"}, "dampening": {"sgd"}}
 
 
 @pytest.mark.parametrize("name,key,value", [(n, k, v) for k, v in BAD_HPARAMS for n in NAMES
@@ -82,7 +85,9 @@ def test_structure_mismatch(name):
                                        (AdamConvention, "counter"), (AdagradConvention, "decay"),
                                        (AdagradConvention, "eps_mode"), (AdagradConvention, "counter"),
                                        (LambConvention, "decay"), (LambConvention, "bias_correction"),
-                                       (LambConvention, "trust"), (LambConvention, "counter")])
+                                       (LambConvention, "trust"), (LambConvention, "counter"),
+                                       (SGDConvention, "decay"), (SGDConvention, "first_step"),
+                                       (SGDConvention, "counter")])
 def test_unknown_convention_value(cls, field):
     with pytest.raises(ValueError, match=rf"{field} must be one of"):
         cls(**{field: "bogus"})
@@ -90,8 +95,8 @@ def test_unknown_convention_value(cls, field):
 
 def test_unknown_optimizer_name():
     params, grads = good()
-    with pytest.raises(ValueError, match=r"unknown optimizer 'sgd'.*adagrad"):
-        oracle.step("sgd", params, grads, OptState.empty(params), [{}, {}])
+    with pytest.raises(ValueError, match=r"unknown optimizer 'no_such_optimizer'.*adagrad"):
+        oracle.step("no_such_optimizer", params, grads, OptState.empty(params), [{}, {}])
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -270,7 +270,7 @@ def oracle_step(opt, groups):
     state = OptState([int(g["step"]) for g in opt.param_groups],
                      [[{k: as_f64(v) for k, v in opt.state[p].items() if k != "master_param"} for p in ps]
                       for ps in groups])
-    keys = set(module.DEFAULTS) - {"maximize", "amsgrad", "min_coeff", "max_coeff"}
+    keys = set(module.defaults) - {"maximize", "amsgrad", "min_coeff", "max_coeff"}
     hps = [{k: g[k] for k in keys if k in g} for g in opt.param_groups]
     if isinstance(opt, FusedLAMB):
         for hp in hps:

@@ -1,0 +1,121 @@
+"""SGD with momentum in float64: the specification.
+
+Per element, for a param p with grad g, in this order (torch.optim.SGD's
+algorithm and order of operations; Sutskever et al. 2013 for Nesterov):
+
+    g   <- -g                                  if maximize
+    g   <- g + wd*p                            decay="l2"          (torch; only when wd != 0)
+    p   <- p * (1 - lr*wd)                     decay="decoupled"   (SGDW, the decay scaled by lr
+                                               as in torch AdamW)
+    when momentum != 0:
+        buf <- g                               first step, first_step="copy"      (torch: no dampening
+                                               on the first step)
+        buf <- mu*buf + (1-dampening)*g        later steps; and the first step under
+                                               first_step="dampened" (buf starts at 0, so
+                                               buf = (1-dampening)*g)
+        g   <- g + mu*buf                      nesterov (torch's form: the new buf)
+        g   <- buf                             otherwise
+    p   <- p - lr*g
+
+"First step" means: the param has no momentum_buffer yet. torch keeps no
+step counter for SGD, so the torch convention's counter is "none"; the
+buffer's absence is the only state that marks the first step, and it exists
+only while momentum != 0 (a group whose momentum is 0 creates no state).
+Nothing here reads a counter: a convention with counter "param" or "group"
+only keeps one, as kernels with a per-group counter do.
+
+torch skips the L2 term when wd == 0 instead of adding 0*p: for an infinite
+param 0*p is NaN, which would reach the grad and the buffer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .common import GradScaling, OptState, as_float64, check_counter, check_range, drive, maybe_fp32
+from .spec import OptimizerSpec
+
+DECAYS = ("l2", "decoupled")
+FIRST_STEPS = ("copy", "dampened")
+
+
+@dataclass(frozen=True)
+class SGDConvention:
+    """Defaults: torch.optim.SGD."""
+
+    decay: str = "l2"
+    first_step: str = "copy"
+    counter: str = "none"
+    fp32_hparams: bool = False
+
+    def __post_init__(self):
+        if self.decay not in DECAYS:
+            raise ValueError(f"decay must be one of {DECAYS}, got {self.decay!r}")
+        if self.first_step not in FIRST_STEPS:
+            raise ValueError(f"first_step must be one of {FIRST_STEPS}, got {self.first_step!r}")
+        check_counter(self.counter)
+
+
+TORCH_SGD = SGDConvention()
+# The buffer as an exponential moving average started at zero: dampening
+# applies from the first step.
+ZERO_BUFFER_SGD = SGDConvention(first_step="dampened")
+DECOUPLED_SGD = SGDConvention(decay="decoupled")
+
+DEFAULTS = {"lr": 1e-3, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": False,
+            "maximize": False}
+
+
+def validate(hparams: list[dict]) -> list[dict]:
+    """Fill defaults and check like torch's constructor; ValueError naming the group."""
+    out = []
+    for g, hp in enumerate(hparams):
+        hp = {**DEFAULTS, **hp}
+        for name in ("lr", "momentum", "weight_decay"):
+            check_range(g, name, hp[name], low=0.0)
+        check_range(g, "dampening", hp["dampening"])  # torch accepts any dampening; NaN is refused here
+        if hp["nesterov"] and (hp["momentum"] <= 0 or hp["dampening"] != 0):
+            raise ValueError(f"group {g}: nesterov requires momentum > 0 and dampening == 0, got momentum="
+                             f"{hp['momentum']!r}, dampening={hp['dampening']!r}")
+        out.append(hp)
+    return out
+
+
+def momentum_buffer(p, g, st, mu, dampening, conv: SGDConvention):
+    """The new buffer from the decayed grad g."""
+    if "momentum_buffer" not in st and conv.first_step == "copy":
+        return as_float64(g, copy=True)  # a copy: g may be the caller's grad array
+    buf = st.get("momentum_buffer", np.zeros_like(p))
+    return mu * buf + (1.0 - dampening) * g
+
+
+def update(p, g, st, hp, conv: SGDConvention):
+    """One SGD update of one param; returns (new p, new state entry)."""
+    f = lambda x: maybe_fp32(x, conv.fp32_hparams)  # noqa: E731
+    lr, mu, dampening, wd = f(hp["lr"]), f(hp["momentum"]), f(hp["dampening"]), f(hp["weight_decay"])
+    st = dict(st)
+    if hp["maximize"]:
+        g = -g
+    if conv.decay == "l2" and wd != 0:
+        g = g + wd * p
+    elif conv.decay == "decoupled":
+        p = p * (1.0 - lr * wd)
+    if mu != 0:
+        buf = st["momentum_buffer"] = momentum_buffer(p, g, st, mu, dampening, conv)
+        g = g + mu * buf if hp["nesterov"] else buf
+    return p - lr * g, st
+
+
+def step(params, grads, state: OptState, hparams, conv: SGDConvention = TORCH_SGD,
+         scaling: GradScaling | None = None):
+    """One optimizer step over all groups; returns (new params, new state)."""
+    hps = validate(hparams)
+    return drive(params, grads, state, hps, conv.counter, scaling,
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], conv))
+
+
+SPECS = (OptimizerSpec(name="sgd", step=step, validate=validate, convention=TORCH_SGD, state_keys=(),
+                       defaults=DEFAULTS, options=frozenset({"dampening", "nesterov", "maximize"}),
+                       optional_state={"momentum_buffer": "momentum"},
+                       summary="SGD with momentum (torch.optim.SGD)"),)
