@@ -1,0 +1,21 @@
+"""SGD with momentum (torch.optim.SGD): the buffer's first step, nesterov,
+dampening and decay each get a config; regimes with grads absent on some
+steps and lr = 0 show whether the buffer advances without a grad."""
+from . import CompareRecord
+
+CONFIGS = {
+    "plain": {"lr": 1e-2},
+    "momentum": {"lr": 1e-2, "momentum": 0.9},
+    "dampening": {"lr": 1e-2, "momentum": 0.9, "dampening": 0.3},
+    "nesterov": {"lr": 1e-2, "momentum": 0.9, "nesterov": True, "weight_decay": 0.1},
+    "wd0.1": {"lr": 1e-2, "momentum": 0.9, "weight_decay": 0.1},
+    "maximize": {"lr": 1e-2, "momentum": 0.9, "maximize": True},
+}
+PLAN = (("wd0.1", "single", "normal"), ("momentum", "two_groups", "tiny_grads"),
+        ("wd0.1", "empty_group", "large_decay"), ("dampening", "rank_skew", "small_params"),
+        ("nesterov", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
+        ("plain", "scalar", "lr0"), ("nesterov", "many_shapes", "tiny_grads"),
+        ("dampening", "grad_none", "large_decay"), ("momentum", "scalar", "lr0_zero_grads"))
+
+RECORDS = (CompareRecord("sgd", CONFIGS, PLAN, {"lr": 1e-2, "momentum": 0.9, "weight_decay": 0.1},
+                         torch_class="torch.optim.SGD"),)
