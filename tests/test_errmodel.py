@@ -73,3 +73,14 @@ def test_fp32_bias_correction_widens_the_early_bound_only():
 def test_unknown_bias_correction_precision_is_refused():
     with pytest.raises(ValueError, match="bias_correction_precision"):
         adam.AdamConvention(bias_correction_precision="float16")
+
+
+def test_sign_is_exact_where_settled_and_open_where_not():
+    """sign() of a value whose interval straddles zero may be any of -1, 0, 1."""
+    x = Bounded(np.array([0.5, -0.5, 1e-9, 0.0, 0.0]), np.array([0.1, 0.1, 1e-8, 0.0, 1e-9]))
+    r = np.sign(x)
+    np.testing.assert_array_equal(r.v, [1.0, -1.0, 1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(r.e, [0.0, 0.0, 2.0, 0.0, 1.0])
+    c = np.copysign(1.0, x)
+    np.testing.assert_array_equal(c.v, [1.0, -1.0, 1.0, 1.0, 1.0])
+    assert c.e[0] == c.e[1] == c.e[3] == 0.0 and c.e[2] >= 2.0 and c.e[4] >= 2.0

@@ -155,6 +155,21 @@ def _norm(x, *args, **kwargs):
     return np.sqrt(_sum(_mul(x, x, x)))
 
 
+def _sign(s, a):
+    """sign(a) is exact where a's interval excludes zero (or a is an exact 0);
+    elsewhere the implementation may return any of -1, 0, 1: error 1 + |r|."""
+    r = np.sign(a.v)
+    settled = (np.abs(a.v) > a.e) | ((a.v == 0) & (a.e == 0))
+    return Bounded(r, np.where(settled, 0.0, 1.0 + np.abs(r)), s.u, s.eta)
+
+
+def _copysign(s, mag, sgn):
+    """copysign(mag, sgn): mag's error where sgn's sign is settled, else the other sign is possible."""
+    r = np.copysign(mag.v, sgn.v)
+    settled = (np.abs(sgn.v) > sgn.e) | (sgn.e == 0)
+    return Bounded(r, np.where(settled, mag.e, 2.0 * np.abs(mag.v) + mag.e), s.u, s.eta)
+
+
 def _compare(op):
     return lambda s, a, b: op(a.v, b.v)
 
@@ -162,7 +177,8 @@ def _compare(op):
 _UFUNCS = {np.equal: _compare(np.equal), np.not_equal: _compare(np.not_equal), np.less: _compare(np.less),
            np.greater: _compare(np.greater), np.less_equal: _compare(np.less_equal),
            np.greater_equal: _compare(np.greater_equal), np.add: _add, np.subtract: _sub, np.multiply: _mul, np.true_divide: _div, np.sqrt: _sqrt,
-           np.negative: _neg, np.square: _square, np.maximum: _maximum, np.power: _power}
+           np.negative: _neg, np.square: _square, np.maximum: _maximum, np.power: _power,
+           np.sign: _sign, np.copysign: _copysign}
 _FUNCTIONS = {np.shape: lambda x: x.v.shape, np.iscomplexobj: lambda x: False, np.sum: _sum, np.zeros_like: _like(0.0), np.full_like: _like(None), np.linalg.norm: _norm}
 
 
