@@ -50,6 +50,15 @@ void sgd(const Tensors& grads, const Tensors& params, const Tensors& bufs, const
            with_buffer, threads());
 }
 
+void lion(const Tensors& grads, const Tensors& params, const Tensors& exp_avgs, const Tensors& models, double lr,
+          double beta1, double beta2, double weight_decay, bool maximize, int64_t step, double inv_scale) {
+  if (grads.empty()) return;
+  const auto lists = make_lists(with_models({&grads, &params, &exp_avgs}, models), at::kCPU);
+  const LionHyper h{lr, beta1, beta2, weight_decay, maximize};
+  cpu::lion(lists, kinds_of(grads, params, exp_avgs, models), make_scalars(h, double(step), lr, inv_scale, false),
+            threads());
+}
+
 at::Tensor sumsq(const Tensors& tensors, double scale) {
   auto out = at::zeros({int64_t(tensors.size())}, at::dtype(at::kDouble));
   if (tensors.empty()) return out;
@@ -113,6 +122,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("adam", &b::adam);
   m.def("adagrad", &b::adagrad);
   m.def("sgd", &b::sgd);
+  m.def("lion", &b::lion);
   m.def("sumsq", &b::sumsq);
   m.def("lamb_update", &b::lamb_update);
   m.def("lamb_apply", &b::lamb_apply);

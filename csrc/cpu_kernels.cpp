@@ -94,6 +94,14 @@ void sgd(const TensorLists& lists, const StorageKinds& kinds, const SgdScalars& 
   });
 }
 
+void lion(const TensorLists& lists, const StorageKinds& kinds, const LionScalars& s, int threads) {
+  if (s.skip) return;
+  with_kinds(kinds, [&](auto g, auto p, auto m, auto master) {
+    using Op = LionOp<decltype(g), decltype(p), decltype(m), decltype(master)::value>;
+    apply_op<Op>(lists, threads, s);
+  });
+}
+
 void sumsq(const TensorLists& lists, Dtype dtype, double scale, double* out, int threads) {
   const std::vector<int64_t> offsets = chunk_offsets(lists.numel, kChunk);
   std::vector<double> partial(size_t(offsets.back()), 0.0);

@@ -16,6 +16,7 @@ void adam(const TensorLists& lists, const StorageKinds& kinds, const AdamScalars
 void adagrad(const TensorLists& lists, const StorageKinds& kinds, const AdagradScalars& s, int threads);
 // with_buffer: the lists carry momentum buffers (momentum != 0).
 void sgd(const TensorLists& lists, const StorageKinds& kinds, const SgdScalars& s, bool with_buffer, int threads);
+void lion(const TensorLists& lists, const StorageKinds& kinds, const LionScalars& s, int threads);
 
 // out[t] = sum over tensor t of (x * scale)^2, in double; slot 0 holds x.
 // Chunk partials are added in a fixed order: the result does not depend on

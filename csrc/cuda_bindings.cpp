@@ -87,6 +87,19 @@ void sgd(const Tensors& grads, const Tensors& params, const Tensors& bufs, const
             cuda::HostStep{double(step), lr, inv_scale}, dev.get(), as_stream(stream));
 }
 
+void lion(const Tensors& grads, const Tensors& params, const Tensors& exp_avgs, const Tensors& models, double lr,
+          double beta1, double beta2, double weight_decay, bool maximize, int64_t step, double inv_scale,
+          const MaybeTensor& step_t, const MaybeTensor& lr_t, const MaybeTensor& inv_scale_t,
+          const MaybeTensor& found_inf_t, int64_t stream) {
+  if (grads.empty()) return;
+  const auto device = grads[0].device();
+  const auto lists = make_lists(with_models({&grads, &params, &exp_avgs}, models), device);
+  const auto scalars = scalar_buffer(grads[0], sizeof(LionScalars));
+  const auto dev = device_step(step_t, lr_t, inv_scale_t, found_inf_t, scalars);
+  cuda::lion(lists, kinds_of(grads, params, exp_avgs, models), LionHyper{lr, beta1, beta2, weight_decay, maximize},
+             cuda::HostStep{double(step), lr, inv_scale}, dev.get(), as_stream(stream));
+}
+
 at::Tensor sumsq(const Tensors& tensors, double scale, int64_t stream) {
   TORCH_CHECK(!tensors.empty(), "sumsq: empty list");
   const auto device = tensors[0].device();
@@ -137,6 +150,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("adam", &b::adam);
   m.def("adagrad", &b::adagrad);
   m.def("sgd", &b::sgd);
+  m.def("lion", &b::lion);
   m.def("sumsq", &b::sumsq);
   m.def("lamb_update", &b::lamb_update);
   m.def("lamb_apply", &b::lamb_apply);

@@ -1,4 +1,4 @@
-// Elementwise optimizer steps on CUDA (Adam, Adagrad, SGD): a functor that builds
+// Elementwise optimizer steps on CUDA (Adam, Adagrad, SGD, Lion): a functor that builds
 // the shared element op (element_ops.h) for its chunk, and the per-step
 // scalars made on the host, or on the device in capturable mode.
 #pragma once

@@ -34,6 +34,8 @@ void adagrad(const TensorLists& lists, const StorageKinds& kinds, const AdagradH
 // with_buffer: the lists carry momentum buffers (momentum != 0).
 void sgd(const TensorLists& lists, const StorageKinds& kinds, const SgdHyper& h, bool with_buffer,
          const HostStep& host, const DeviceStep* device, void* stream);
+void lion(const TensorLists& lists, const StorageKinds& kinds, const LionHyper& h, const HostStep& host,
+          const DeviceStep* device, void* stream);
 
 // out[t] = sum of (x*scale)^2 over tensor t (slot 0), in double. partials:
 // one double per chunk (chunk_offsets(numel).back()); offsets: chunk_offsets

@@ -8,6 +8,7 @@
 //   Adagrad      grad, param, sum [, model]
 //   SGD          grad, param, momentum_buffer [, model]   (momentum != 0)
 //   SGD plain    grad, param [, model]                    (momentum == 0)
+//   Lion         grad, param, exp_avg [, model]
 //   LAMB update  grad, param, exp_avg, exp_avg_sq, update
 //   LAMB apply   update, param [, model]
 // "param" is the fp32 master when there is one; "model" is then the
@@ -104,6 +105,27 @@ template <class G, class P, class M, bool Master> struct SgdOp {
   OPTIM_HD void store(Regs& r, int64_t i) const {
     sgd_update(r.p, r.g, s);
     p[i] = from_float<P>(r.p);
+    if constexpr (Master) model[i] = from_float<G>(r.p);
+  }
+};
+
+template <class G, class P, class M, bool Master> struct LionOp {
+  static constexpr int kDepth = Master ? 4 : 3;
+  struct Regs { float g, p, m; };
+  const G* g; P* p; M* m; G* model;
+  LionScalars s;
+
+  template <class Slot> OPTIM_HD LionOp(const Slot& slot, int64_t start, const LionScalars& scalars)
+      : g(slot_at<const G>(slot, 0, start)), p(slot_at<P>(slot, 1, start)),
+        m(slot_at<M>(slot, 2, start)), model(nullptr), s(scalars) {
+    if constexpr (Master) model = slot_at<G>(slot, 3, start);
+  }
+  OPTIM_HD void load(Regs& r, int64_t i) const {
+    r.g = to_float(g[i]); r.p = to_float(p[i]); r.m = to_float(m[i]);
+  }
+  OPTIM_HD void store(Regs& r, int64_t i) const {
+    lion_update(r.p, r.m, r.g, s);
+    p[i] = from_float<P>(r.p); m[i] = from_float<M>(r.m);
     if constexpr (Master) model[i] = from_float<G>(r.p);
   }
 };

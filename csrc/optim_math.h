@@ -3,7 +3,7 @@
 // Each function here is called, unchanged, from the CPU loops (cpu_kernels.cpp)
 // and from the CUDA functors (cuda_*.cu), for plain, master-weight and
 // capturable variants alike. The equations and their order follow the
-// float64 specification in oracle/ (adam.py, adagrad.py, lamb.py, sgd.py); the
+// float64 specification in oracle/ (adam.py, adagrad.py, lamb.py, sgd.py, lion.py); the
 // conventions implemented are the ones fused.CONVENTIONS names.
 //
 // Per-step scalars (bias corrections, lr/bc1, 1 - lr*wd, ...) are computed
@@ -248,5 +248,54 @@ OPTIM_HD void sgd_momentum_update(float& p, float& buf, float grad, const SgdSca
 
 // One SGD element without momentum (momentum == 0: no buffer exists).
 OPTIM_HD void sgd_update(float& p, float grad, const SgdScalars& s) { p = p - s.lr * sgd_grad(p, grad, s); }
+
+// ---------------------------------------------------------------- Lion
+// Chen et al. 2023 (oracle/lion.py, sign_zero "zero", decoupled decay first).
+
+struct LionHyper {
+  double lr, beta1, beta2, weight_decay;
+  bool maximize;
+};
+
+struct LionScalars {
+  float lr, beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float decay_factor;  // 1 - lr*wd
+  float inv_scale;
+  int maximize;
+  int skip;
+};
+
+// step is unused: Lion reads no counter (the signature is the launcher's).
+OPTIM_HD LionScalars make_scalars(const LionHyper& h, double /*step*/, double lr, double inv_scale, bool skip) {
+  LionScalars s;
+  s.lr = float(lr);
+  s.beta1 = float(h.beta1);
+  s.one_minus_beta1 = float(1.0 - h.beta1);
+  s.beta2 = float(h.beta2);
+  s.one_minus_beta2 = float(1.0 - h.beta2);
+  s.decay_factor = float(1.0 - lr * h.weight_decay);
+  s.inv_scale = float(inv_scale);
+  s.maximize = h.maximize ? 1 : 0;
+  s.skip = skip ? 1 : 0;
+  return s;
+}
+
+// sign_zero "zero", as np.sign: +1, -1, and +0 for either zero. A NaN stays NaN
+// (torch.sign would give 0), so a NaN momentum shows in the param.
+OPTIM_HD float sign_zero(float c) {
+  return c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : (c == 0.0f ? 0.0f : c));
+}
+
+// One Lion element, oracle/lion.py:
+//   g <- g*inv_scale (negated for maximize);  c <- b1*m + (1-b1)*g
+//   p <- p*(1 - lr*wd);  p <- p - lr*sign(c);  m <- b2*m + (1-b2)*g
+OPTIM_HD void lion_update(float& p, float& m, float grad, const LionScalars& s) {
+  float g = grad * s.inv_scale;
+  if (s.maximize) g = -g;
+  const float c = s.beta1 * m + s.one_minus_beta1 * g;
+  p = p * s.decay_factor;
+  p = p - s.lr * sign_zero(c);
+  m = s.beta2 * m + s.one_minus_beta2 * g;
+}
 
 }  // namespace optim

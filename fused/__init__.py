@@ -8,6 +8,7 @@ from .adam import FusedAdam
 from .checkpoint import load_checkpoint
 from .conventions import CONVENTIONS, convention_of
 from .lamb import FusedLAMB
+from .lion import FusedLion
 from .sgd import FusedSGD
 
 OPTIMIZERS = {
@@ -16,7 +17,8 @@ OPTIMIZERS = {
     "adagrad": (FusedAdagrad, {}),
     "lamb": (FusedLAMB, {}),
     "sgd": (FusedSGD, {}),
+    "lion": (FusedLion, {}),
 }
 
-__all__ = ["CONVENTIONS", "OPTIMIZERS", "FusedAdagrad", "FusedAdam", "FusedLAMB", "FusedSGD", "convention_of",
-           "load_checkpoint"]
+__all__ = ["CONVENTIONS", "OPTIMIZERS", "FusedAdagrad", "FusedAdam", "FusedLAMB", "FusedLion", "FusedSGD",
+           "convention_of", "load_checkpoint"]

@@ -22,7 +22,8 @@ import torch
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 CPU_SOURCES = ["cpu_bindings.cpp", "cpu_kernels.cpp"]
-CUDA_SOURCES = ["cuda_bindings.cpp", "cuda_adam.cu", "cuda_adagrad.cu", "cuda_lamb.cu", "cuda_sgd.cu"]
+CUDA_SOURCES = ["cuda_bindings.cpp", "cuda_adam.cu", "cuda_adagrad.cu", "cuda_lamb.cu", "cuda_sgd.cu",
+                "cuda_lion.cu"]
 
 # -ffp-contract=off: no fused multiply-adds, so each element sees the same
 #   roundings on every path (vector body, scalar tail, CUDA) as the oracle's

@@ -4,7 +4,8 @@ The defaults of each class; a flag changes the convention as noted:
 FusedAdam(bias_correction=False) -> bias_correction=False; FusedLAMB(use_nvlamb=True)
 -> trust="always", FusedLAMB(adam_w_mode=False) -> decay="l2". FusedSGD's
 flags (nesterov, dampening, maximize) are hyperparameters, not conventions;
-it keeps a group counter where torch's SGD keeps none. `convention_of`
+FusedSGD and FusedLion keep a group counter where torch's SGD and the
+reference Lion keep none (neither update reads it). `convention_of`
 returns the convention of a configured optimizer's group.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 from oracle.adagrad import AdagradConvention
 from oracle.adam import AdamConvention
 from oracle.lamb import LambConvention
+from oracle.lion import LionConvention
 from oracle.sgd import SGDConvention
 
 CONVENTIONS = {
@@ -23,6 +25,7 @@ CONVENTIONS = {
     "adagrad_w": AdagradConvention(decay="decoupled", counter="group"),
     "lamb": LambConvention(),  # apex FusedLAMB
     "sgd": SGDConvention(decay="l2", first_step="copy", counter="group"),  # torch SGD's math
+    "lion": LionConvention(sign_zero="zero", counter="group"),  # the reference Lion's math
 }
 
 
@@ -31,6 +34,7 @@ def convention_of(optimizer, group: int = 0):
     from .adagrad import FusedAdagrad
     from .adam import FusedAdam
     from .lamb import FusedLAMB
+    from .lion import FusedLion
     from .sgd import FusedSGD
 
     g = optimizer.param_groups[group]
@@ -46,4 +50,6 @@ def convention_of(optimizer, group: int = 0):
         return "lamb", conv
     if isinstance(optimizer, FusedSGD):
         return "sgd", CONVENTIONS["sgd"]
+    if isinstance(optimizer, FusedLion):
+        return "lion", CONVENTIONS["lion"]
     raise TypeError(f"not a fused optimizer: {type(optimizer).__name__}")

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import oracle
-from fused import CONVENTIONS, OPTIMIZERS, FusedAdagrad, FusedAdam, FusedLAMB, FusedSGD, convention_of
+from fused import CONVENTIONS, OPTIMIZERS, FusedAdagrad, FusedAdam, FusedLAMB, FusedLion, FusedSGD, convention_of
 from fused.testing import as_f64
 from oracle import GradScaling, OptState
 from oracle.compare.checks import tolerance
@@ -194,7 +194,7 @@ def test_registry_and_conventions():
     assert CONVENTIONS["sgd"] == SGDConvention(decay="l2", first_step="copy", counter="group")
     assert OPTIMIZERS == {"adamw": (FusedAdam, {"adam_w_mode": True}), "adam": (FusedAdam, {"adam_w_mode": False}),
                           "adagrad": (FusedAdagrad, {}), "lamb": (FusedLAMB, {}), "sgd": (FusedSGD, {}),
-                          **({"lion": OPTIMIZERS["lion"]} if "lion" in OPTIMIZERS else {})}
+                          "lion": (FusedLion, {})}
     for name, (cls, flags) in OPTIMIZERS.items():
         assert name in oracle.SPECS
         assert convention_of(cls(model(), **flags))[0] == name

@@ -15,6 +15,7 @@ from oracle import OptState
 from oracle.adagrad import AdagradConvention
 from oracle.adam import AdamConvention
 from oracle.lamb import LambConvention
+from oracle.lion import LionConvention
 from oracle.sgd import SGDConvention
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,14 +32,14 @@ def good():
     return params, grads
 
 
-NAMES = ["adam", "adamw", "adagrad", "lamb", "sgd"]
+NAMES = ["adam", "adamw", "adagrad", "lamb", "sgd", "lion"]
 BAD_HPARAMS = [
     ("lr", -1e-3), ("lr", math.nan), ("eps", -1e-8), ("eps", math.nan), ("weight_decay", -0.1),
     ("betas", (0.9, 1.0)), ("betas", (-0.1, 0.999)), ("betas", (1.5, 0.999)), ("betas", (0.9, math.nan)),
     ("lr_decay", -0.1), ("initial_accumulator_value", -1.0), ("max_grad_norm", -1.0), ("max_coeff", -1.0),
     ("momentum", -0.1), ("momentum", math.nan), ("dampening", math.nan),
 ]
-APPLIES = {"betas": {"adam", "adamw", "lamb"}, "lr_decay": {"adagrad"}, "initial_accumulator_value": {"adagrad"},
+APPLIES = {"betas": {"adam", "adamw", "lamb", "lion"}, "lr_decay": {"adagrad"}, "initial_accumulator_value": {"adagrad"},
            "max_grad_norm": {"lamb"}, "max_coeff": {"lamb"}, "eps": {"adam", "adamw", "adagrad", "lamb"},
            "momentum": {"sgd"}, "dampening": {"sgd"}}
 
@@ -87,7 +88,8 @@ def test_structure_mismatch(name):
                                        (LambConvention, "decay"), (LambConvention, "bias_correction"),
                                        (LambConvention, "trust"), (LambConvention, "counter"),
                                        (SGDConvention, "decay"), (SGDConvention, "first_step"),
-                                       (SGDConvention, "counter")])
+                                       (SGDConvention, "counter"), (LionConvention, "sign_zero"),
+                                       (LionConvention, "counter")])
 def test_unknown_convention_value(cls, field):
     with pytest.raises(ValueError, match=rf"{field} must be one of"):
         cls(**{field: "bogus"})

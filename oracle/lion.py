@@ -1,0 +1,119 @@
+"""Lion in float64: the specification.
+
+Per element, for a param p with grad g (Chen et al. 2023, "Symbolic Discovery of
+Optimization Algorithms", Program 1 / Algorithm 2), in this order:
+
+    g <- -g                                    if maximize
+    c <- b1*m + (1-b1)*g                       the update's interpolation
+    p <- p * (1 - lr*wd)                       decoupled decay, applied first
+    p <- p - lr*sign(c)
+    m <- b2*m + (1-b2)*g                       the momentum, with the raw g (not c)
+
+The paper writes the decay into the update, p - lr*(sign(c) + wd*p), which is the
+same in exact arithmetic; the decay-first order is the one of the PyTorch code in
+google/automl, lucidrains/lion-pytorch and DeepSpeed's CPU Lion (read), so that is
+the order of operations a float32 kernel is held to here.
+
+m (state "exp_avg") starts at 0. sign(0) is the one legitimate choice:
+    sign_zero="zero"       sign(0) = 0: an element whose c is exactly 0 only decays
+                           (torch.sign, jnp.sign, np.sign; the reference implementations)
+    sign_zero="copysign"   sign(c) = copysign(1, c): +0 -> +1, -0 -> -1 (a kernel that builds
+                           -lr*sign(c) as copysign(lr, c), as DeepSpeed's CPU Lion does (read))
+A NaN c gives NaN under "zero" (np.sign; torch.sign gives 0 there, which would hide a NaN
+moment) and +-1 by its sign bit under "copysign".
+
+Nothing in the update reads a step counter. The reference implementations keep none
+(counter="none", the default); DeepSpeed's CPU Lion keeps state["step"] per param
+("param"), our fused kernels one per group ("group").
+
+Defaults lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0: google/automl lion_pytorch.py,
+lucidrains/lion-pytorch and pytorch-optimizer's Lion, as read from their sources
+(DeepSpeedCPULion defaults differ: lr=1e-3, betas=(0.9, 0.999)).
+
+sign() is discontinuous: an element whose c is within rounding of 0 may take either
+sign in a lower-precision kernel. The update is written with NumPy ufuncs only
+(np.sign, np.copysign), so an error-carrying array type can pass through and say
+where that is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .common import GradScaling, OptState, check_betas, check_counter, check_range, drive, maybe_fp32
+from .spec import OptimizerSpec
+
+SIGN_ZEROS = ("zero", "copysign")
+
+
+@dataclass(frozen=True)
+class LionConvention:
+    """Defaults: the paper's reference implementation (google/automl, lucidrains)."""
+
+    sign_zero: str = "zero"
+    counter: str = "none"
+    fp32_hparams: bool = False
+
+    def __post_init__(self):
+        if self.sign_zero not in SIGN_ZEROS:
+            raise ValueError(f"sign_zero must be one of {SIGN_ZEROS}, got {self.sign_zero!r}")
+        check_counter(self.counter)
+
+
+REFERENCE_LION = LionConvention()
+COPYSIGN_LION = LionConvention(sign_zero="copysign")
+# DeepSpeedCPULion as read: copysign, a per-param counter (unused by the math), float32 hyperparameters.
+DEEPSPEED_LION = LionConvention(sign_zero="copysign", counter="param", fp32_hparams=True)
+
+DEFAULTS = {"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 0.0, "maximize": False}
+
+
+def validate(hparams: list[dict]) -> list[dict]:
+    """Fill defaults and check ranges; raises ValueError naming the group."""
+    out = []
+    for g, hp in enumerate(hparams):
+        hp = {**DEFAULTS, **hp}
+        check_range(g, "lr", hp["lr"], low=0.0)
+        check_betas(g, hp["betas"])
+        check_range(g, "weight_decay", hp["weight_decay"], low=0.0)
+        out.append(hp)
+    return out
+
+
+def interpolate(m, g, beta):
+    """beta*m + (1-beta)*g: the update direction (beta1) and the new momentum (beta2)."""
+    return beta * m + (1.0 - beta) * g
+
+
+def sign(c, sign_zero: str):
+    return np.sign(c) if sign_zero == "zero" else np.copysign(1.0, c)
+
+
+def update(p, g, st, hp, conv: LionConvention):
+    """One Lion update of one param; returns (new p, new state entry)."""
+    f = lambda x: maybe_fp32(x, conv.fp32_hparams)  # noqa: E731
+    lr, wd = f(hp["lr"]), f(hp["weight_decay"])
+    b1, b2 = f(hp["betas"][0]), f(hp["betas"][1])
+    st = dict(st)
+    m = st.get("exp_avg", np.zeros_like(p))
+    if hp["maximize"]:
+        g = -g
+    c = interpolate(m, g, b1)
+    p = p * (1.0 - lr * wd)
+    p = p - lr * sign(c, conv.sign_zero)
+    st["exp_avg"] = interpolate(m, g, b2)
+    return p, st
+
+
+def step(params, grads, state: OptState, hparams, conv: LionConvention = REFERENCE_LION,
+         scaling: GradScaling | None = None):
+    """One optimizer step over all groups; returns (new params, new state)."""
+    hps = validate(hparams)
+    return drive(params, grads, state, hps, conv.counter, scaling,
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], conv))
+
+
+SPECS = (OptimizerSpec(name="lion", step=step, validate=validate, convention=REFERENCE_LION,
+                       state_keys=("exp_avg",), defaults=DEFAULTS, options=frozenset({"maximize"}),
+                       summary="Lion, sign of an interpolated momentum (Chen et al. 2023)"),)
