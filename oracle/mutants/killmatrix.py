@@ -118,18 +118,17 @@ def _finding_dict(f, case: str) -> dict:
 
 
 def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int):
-    """(check prefix, CaseResult) for every case and scenario of the suite."""
-    from oracle.compare import cases as C
-    from oracle.compare.run import run_case
+    """(check prefix, CaseResult) for every case and scenario of the suite, planned and
+    run by the CLI's own driver (oracle.compare.driver)."""
+    from oracle.compare.driver import jobs_for, rows, run_job
     target = entry.target()
-    sc = _scenarios()
     if entry.wrapper is not None:
-        yield "construction.", sc.run_construction(target, device, seed, wrapper=entry.wrapper)
+        yield "construction.", _scenarios().run_construction(target, device, seed, wrapper=entry.wrapper)
         return
-    for case in C.cases(entry.optimizer, MATRIX_DTYPES, steps):
-        yield "", run_case(target, case, seed, device)
-    for name in scenario_names:
-        yield f"{name}.", sc.SCENARIOS[name].run(target, device, seed)
+    for _, job, _ in jobs_for(target, MATRIX_DTYPES, steps, [seed], None, scenario_names, matrix=True):
+        prefix = f"{job.scenario}." if hasattr(job, "scenario") else ""
+        for r in rows(run_job(target, job.name, seed, steps, device)):
+            yield prefix, r
 
 
 def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=None, steps: int = 20) -> Row:
