@@ -174,7 +174,7 @@ def oracle_step(opt, params, spec: StepSpec):
     state = OptState([int(g["step"]) for g in opt.param_groups],
                      [[{k: Bounded(as_f64(v), None, U) for k, v in opt.state.get(p, {}).items() if k != "master_param"}
                        for p in ps] for ps in params])
-    keys = set(module.DEFAULTS) - {"maximize", "amsgrad"}
+    keys = set(module.defaults) - {"maximize", "amsgrad"}
     hps = [{k: g[k] for k in keys if k in g} for g in opt.param_groups]
     for hp in hps:
         if name == "lamb":  # one optimizer-wide max_grad_norm, the constructor's
