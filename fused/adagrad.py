@@ -23,6 +23,7 @@ class FusedAdagrad(FusedOptimizer):
     MOMENTS = ("sum",)
     # oracle options this class implements (the comparison engine reads it)
     OPTIONS = ("lr_decay", "initial_accumulator_value")
+    NONNEGATIVE = ("sum",)
 
     def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0,
                  eps=1e-10, adagrad_w_mode=False, maximize=False, *, capturable=False, master_weights=True,

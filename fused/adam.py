@@ -21,6 +21,7 @@ from .base import Bucket, FusedOptimizer, StepArgs, check_betas, check_range
 
 class FusedAdam(FusedOptimizer):
     MOMENTS = ("exp_avg", "exp_avg_sq")
+    NONNEGATIVE = ("exp_avg_sq",)
 
     def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8,
                  adam_w_mode=True, weight_decay=0.0, amsgrad=False, maximize=False, *,

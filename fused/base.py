@@ -17,10 +17,13 @@ state_dict() before a step create nothing.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from . import _ext
@@ -28,23 +31,63 @@ from . import _ext
 PARAM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MOMENT_DTYPES = (torch.float32, torch.bfloat16)
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+KERNEL_DEVICES = ("cpu", "cuda")
+# The largest counter: the kernels form the bias corrections from double(step),
+# exact up to 2**53. A counter at or above it could not be advanced exactly.
+MAX_STEP = 2 ** 53
+# Switches FusedOptimizer refuses when set (and drops from the defaults).
+UNSUPPORTED = ("maximize", "amsgrad", "differentiable", "foreach")
+# Keys torch.optim.Optimizer itself adds to `defaults` (its __setstate__, on
+# every load_state_dict and unpickling); not hyperparameters of ours.
+TORCH_DEFAULT_KEYS = ("differentiable",)
 
 
-def check_range(group: int, name: str, value, low=0.0, high=None, high_open=False) -> None:
-    """ValueError naming the group when a hyperparameter is NaN or out of range.
-    A device tensor (capturable lr) is not read: that would synchronize."""
+def check_range(group: int, name: str, value, low=0.0, high=None, high_open=False, low_open=False) -> None:
+    """ValueError naming the group unless a hyperparameter is a finite real
+    number in range. Bools are not numbers here (lr=True is a mistake, not 1.0);
+    NumPy scalars are. A device tensor (capturable lr) is not read: that would
+    synchronize."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"group {group}: {name} must be a number or a 1-element tensor")
+        if value.dtype == torch.bool or value.is_complex():
+            raise ValueError(f"group {group}: {name} must be a real number, got a {value.dtype} tensor")
         if value.device.type != "cpu":
             return
         value = value.item()
-    ok = isinstance(value, (int, float)) and not math.isnan(value) and value >= low
+    if not is_real(value):
+        raise ValueError(f"group {group}: {name}={short(value)} must be a real number ({type(value).__name__} given)")
+    try:
+        x = float(value)
+    except OverflowError:
+        x = math.inf
+    ok = math.isfinite(x) and (x > low if low_open else x >= low)
     if ok and high is not None:
-        ok = value < high if high_open else value <= high
+        ok = x < high if high_open else x <= high
     if not ok:
-        bound = f"[{low}, {high}{')' if high_open else ']'}" if high is not None else f">= {low}"
-        raise ValueError(f"group {group}: {name}={value!r} must be {bound}")
+        if high is not None:
+            bound = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        else:
+            bound = f"{'>' if low_open else '>='} {low} and finite"
+        raise ValueError(f"group {group}: {name}={short(value)} must be {bound}")
+
+
+def short(value, limit: int = 40) -> str:
+    """repr(value), cut to `limit` characters (10**400 has 401 digits)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def is_real(value) -> bool:
+    """A real number that is not a bool (Python or NumPy)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def check_flag(group: int, name: str, value) -> None:
+    """A switch: True or False (NumPy bools too). A string such as "False"
+    would be truthy, and an int is most likely a misplaced number."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"group {group}: {name}={short(value)} must be True or False")
 
 
 def host_value(x):
@@ -83,12 +126,36 @@ class FusedOptimizer(torch.optim.Optimizer):
     # torch flags the subclass implements (maximize for FusedSGD); the others
     # are refused when True, and dropped from the defaults when False
     FLAGS: frozenset = frozenset()
+    # state keys that can never be negative (a checkpoint holding a negative one is corrupt)
+    NONNEGATIVE: tuple = ()
 
     def __init__(self, params, defaults: dict):
-        for key in ("maximize", "amsgrad", "differentiable", "foreach"):
+        for key in UNSUPPORTED:
             if key not in self.FLAGS and defaults.pop(key, False):
                 raise ValueError(f"{type(self).__name__} does not support {key}=True")
+        if isinstance(params, (dict, str, bytes)) or params is None:
+            raise TypeError(f"{type(self).__name__}: params must be an iterable of tensors or of param group dicts, "
+                            f"got {type(params).__name__}" + (" (wrap a single group in a list)"
+                                                              if isinstance(params, dict) else ""))
+        if not isinstance(params, torch.Tensor):  # torch's own message for a lone tensor is clear
+            try:
+                params = list(params)
+            except TypeError:
+                raise TypeError(f"{type(self).__name__}: params must be an iterable of tensors or of param group "
+                                f"dicts, got {type(params).__name__}") from None
         super().__init__(params, defaults)
+
+    def __setstate__(self, state: dict) -> None:
+        """torch's, which also runs inside load_state_dict, without the keys it
+        adds to `defaults` (`differentiable`): they would be required from the
+        next checkpoint, and add_param_group would copy them into new groups."""
+        super().__setstate__(state)
+        for key in TORCH_DEFAULT_KEYS:
+            self.defaults.pop(key, None)
+
+    def _hparam_keys(self) -> set:
+        """The keys every group carries: this optimizer's hyperparameters."""
+        return set(self.defaults) - set(TORCH_DEFAULT_KEYS)
 
     # ------------------------------------------------------------ checks
 
@@ -96,8 +163,12 @@ class FusedOptimizer(torch.optim.Optimizer):
         """torch's, plus checks that name the group and param. A group that
         fails them is not added: the optimizer stays as it was."""
         index = len(self.param_groups)
-        if isinstance(param_group, dict):
-            self._check_duplicates(index, param_group)
+        if not isinstance(param_group, dict):
+            raise TypeError(f"group {index}: a param group must be a dict, got {type(param_group).__name__}")
+        if "params" not in param_group:
+            raise ValueError(f"group {index}: a param group needs a 'params' entry "
+                             f"(keys: {sorted(map(str, param_group))})")
+        self._check_duplicates(index, param_group)
         super().add_param_group(param_group)
         group = self.param_groups[index]
         try:
@@ -121,7 +192,11 @@ class FusedOptimizer(torch.optim.Optimizer):
             params = param_group["params"] = list(params)  # a generator is read once
         seen = {id(p): (g, i) for g, group in enumerate(self.param_groups) for i, p in enumerate(group["params"])}
         for i, p in enumerate(params):
-            p = p[1] if isinstance(p, tuple) else p  # (name, param)
+            p = p[1] if isinstance(p, tuple) and len(p) == 2 else p  # (name, param)
+            if not isinstance(p, torch.Tensor):
+                nested = " (a nested list? params must be a flat list of tensors, or one dict per group)" \
+                    if isinstance(p, (list, tuple)) else ""
+                raise TypeError(f"group {gi} param {i}: expected a tensor, got {type(p).__name__}{nested}")
             if id(p) in seen:
                 g, j = seen[id(p)]
                 raise ValueError(f"group {gi} param {i}: the same tensor as group {g} param {j}; "
@@ -146,9 +221,12 @@ class FusedOptimizer(torch.optim.Optimizer):
         for key in ("maximize", "amsgrad"):
             if key not in self.FLAGS and group.get(key, False):
                 raise ValueError(f"group {gi}: {type(self).__name__} does not support {key}=True")
-        if group["moment_dtype"] not in MOMENT_DTYPES:
+        if not isinstance(group["moment_dtype"], torch.dtype) or group["moment_dtype"] not in MOMENT_DTYPES:
             raise ValueError(f"group {gi}: moment_dtype must be torch.float32 or torch.bfloat16, "
-                             f"got {group['moment_dtype']}")
+                             f"got {group['moment_dtype']!r}")
+        for name in flag_names(type(self)):
+            if name in group:
+                check_flag(gi, name, group[name])
         self._check_hparams(gi, group)
 
     def _check_hparams(self, gi: int, group: dict) -> None:
@@ -159,10 +237,12 @@ class FusedOptimizer(torch.optim.Optimizer):
         live = []
         device = None
         for i, p in enumerate(group["params"]):
+            where = f"group {gi} param {i}"
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"{where}: expected a tensor, got {type(p).__name__}")
             g = p.grad
             if g is None:
                 continue
-            where = f"group {gi} param {i}"
             if g.is_sparse:
                 raise RuntimeError(f"{where}: sparse gradients are not supported")
             if p.is_complex() or g.is_complex():
@@ -173,9 +253,14 @@ class FusedOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(f"{where}: grad dtype {g.dtype} != param dtype {p.dtype}")
             if not p.is_contiguous():
                 raise RuntimeError(f"{where}: non-contiguous params are not supported")
+            if p.dtype not in PARAM_DTYPES:  # changed since construction (p.data = ...)
+                raise ValueError(f"{where}: dtype {p.dtype} is not supported (float32, float16, bfloat16)")
             device = device or p.device
             if p.device != device or g.device != device:
                 raise RuntimeError(f"{where}: on {p.device} (grad {g.device}) while the group is on {device}")
+            if p.device.type not in KERNEL_DEVICES:
+                raise ValueError(f"{where}: on {p.device}; the fused kernels run on {' and '.join(KERNEL_DEVICES)} "
+                                 "only (materialize meta params before stepping)")
             if self.state.get(p):
                 self._check_entry(where, group, p, self.state[p], loaded=True)
             live.append((i, p))
@@ -188,6 +273,8 @@ class FusedOptimizer(torch.optim.Optimizer):
         lives = []
         for gi, group in enumerate(self.param_groups):
             self._check_common(gi, group)
+            # the counter this step advances: checked here, not half-way through the step
+            check_counter(f"group {gi}: step", group.get("step", 0), read_device=False)
             lives.append(self._live_params(gi, group))
         return lives
 
@@ -328,6 +415,7 @@ class FusedOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         lives = self._validate_step()  # bad input raises even on a skipped step
+        check_scaling(inv_scale, found_inf)
         scaling = self._scaling(inv_scale, found_inf)
         if not self._device_scaling(scaling):
             scaling = scaling.for_group(on_device=False)
@@ -391,7 +479,7 @@ class FusedOptimizer(torch.optim.Optimizer):
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(f"checkpoint has {len(saved_groups)} param groups, this optimizer "
                              f"{len(self.param_groups)}")
-        required = (set(self.defaults) | {"params", "step"}) - {"capturable"}
+        required = (self._hparam_keys() | {"params", "step"}) - {"capturable"}
         where_id: dict = {}
         for gi, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
             if not isinstance(saved, dict):
@@ -404,13 +492,18 @@ class FusedOptimizer(torch.optim.Optimizer):
                 count = len(ids) if isinstance(ids, (list, tuple)) else type(ids).__name__
                 raise ValueError(f"checkpoint group {gi}: {count} params, this optimizer's group {gi} has "
                                  f"{len(group['params'])}")
-            check_counter(f"checkpoint group {gi}: step", saved["step"])
+            check_counter(f"checkpoint group {gi}: step", saved["step"], read_device=True)
             merged = {**saved, "params": group["params"], "capturable": group.get("capturable", False)}
             try:
                 self._check_common(gi, merged)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"checkpoint {e}") from e
             for i, (pid, p) in enumerate(zip(ids, group["params"])):
+                try:
+                    hash(pid)
+                except TypeError:
+                    raise TypeError(f"checkpoint group {gi} param {i}: param id {pid!r} is not hashable "
+                                    "(state_dict() saves ints)") from None
                 if pid in where_id:
                     raise ValueError(f"checkpoint group {gi} param {i}: id {pid!r} also names group "
                                      f"{where_id[pid][0]} param {where_id[pid][1]}")
@@ -420,27 +513,101 @@ class FusedOptimizer(torch.optim.Optimizer):
             if pid not in where_id:
                 raise ValueError(f"checkpoint: state for param id {pid!r}, which no param group lists")
             gi, i, p, merged = where_id[pid]
-            self._check_entry(f"checkpoint group {gi} param {i}", merged, p, entry)
+            where = f"checkpoint group {gi} param {i}"
+            self._check_entry(where, merged, p, entry)
+            for key, v in entry.items():
+                self._check_values(where, key, v)
             if entry:
-                new_state[p] = {k: v.to(device=p.device, memory_format=torch.contiguous_format, copy=True)
+                new_state[p] = {k: v.detach().to(device=p.device, memory_format=torch.contiguous_format, copy=True)
                                 for k, v in entry.items()}
         return new_state
 
+    def _check_values(self, where: str, key: str, v: torch.Tensor) -> None:
+        """A checkpoint's state tensor holds values a run can produce: data
+        (not a meta tensor), no NaN in a moment, nothing negative where the
+        rule cannot make it so (exp_avg_sq, sum). Reads the tensor (a sync on
+        CUDA), once, at load. NaN params, and so NaN masters, are data."""
+        if v.device.type == "meta":
+            raise ValueError(f"{where}: state {key!r} is a meta tensor (it holds no values)")
+        if key == "master_param" or v.numel() == 0:
+            return
+        if bool(torch.isnan(v).any()):
+            n = int(torch.isnan(v).sum())
+            raise ValueError(f"{where}: state {key!r} holds {n} NaN value(s); a moment is never NaN in a "
+                             "checkpoint worth resuming from")
+        if key in self.NONNEGATIVE and bool((v < 0).any()):
+            raise ValueError(f"{where}: state {key!r} holds negative values (min {float(v.min())!r}); "
+                             f"{key} is a sum of squares and cannot be negative")
 
-def check_counter(where: str, step) -> None:
-    """A group counter: a non-negative int, or a 0-dim integer tensor (a
-    capturable optimizer's); bools, floats and other shapes are refused."""
+
+def check_counter(where: str, step, read_device: bool = True) -> None:
+    """A group counter: an int in [0, MAX_STEP), or a 0-dim integer tensor (a
+    capturable optimizer's); bools, floats and other shapes are refused. A
+    counter tensor on a device is read only when `read_device` (loading may
+    synchronize, step() must not)."""
     if isinstance(step, torch.Tensor):
         if step.dim() != 0 or step.dtype.is_floating_point or step.dtype.is_complex or step.dtype == torch.bool:
             raise TypeError(f"{where} must be an int or a 0-dim integer tensor, got a {step.dtype} tensor "
                             f"of shape {tuple(step.shape)}")
+        if step.device.type == "meta":
+            raise ValueError(f"{where} is a meta tensor (it holds no value)")
+        if step.device.type != "cpu" and not read_device:
+            return
         value = int(step)
     elif isinstance(step, numbers.Integral) and not isinstance(step, bool):
         value = int(step)
     else:
-        raise TypeError(f"{where} must be an int or a 0-dim integer tensor, got {type(step).__name__} {step!r}")
+        raise TypeError(f"{where} must be an int or a 0-dim integer tensor, got {type(step).__name__} {short(step)}")
     if value < 0:
         raise ValueError(f"{where}={value} must be >= 0")
+    if value >= MAX_STEP:
+        raise ValueError(f"{where}={short(value)} must be < 2**53: the next step could not advance it exactly "
+                         "(the bias corrections are formed from it in double)")
+
+
+def check_scaling(inv_scale, found_inf) -> None:
+    """step()'s grad scaling: inv_scale a finite number > 0 and found_inf a
+    bool, or 1-element tensors (not read when on a device: that would
+    synchronize). A NaN, Inf, zero or negative inv_scale would turn every
+    update into NaN or reverse it silently; a string found_inf is truthy."""
+    if inv_scale is not None:
+        if isinstance(inv_scale, torch.Tensor):
+            if inv_scale.numel() != 1 or inv_scale.dtype == torch.bool or inv_scale.is_complex():
+                raise ValueError(f"step(): inv_scale must be a number or a 1-element real tensor, got a "
+                                 f"{inv_scale.dtype} tensor of shape {tuple(inv_scale.shape)}")
+            value = inv_scale.item() if inv_scale.device.type == "cpu" else None
+        else:
+            value = inv_scale
+        if value is not None:
+            if not is_real(value):
+                raise ValueError(f"step(): inv_scale={short(value)} must be a real number "
+                                 f"({type(value).__name__} given)")
+            try:
+                x = float(value)
+            except OverflowError:
+                x = math.inf
+            if not (math.isfinite(x) and x > 0):
+                raise ValueError(f"step(): inv_scale={short(value)} must be finite and > 0 (1/loss scale)")
+    if found_inf is not None:
+        if isinstance(found_inf, torch.Tensor):
+            if found_inf.numel() != 1 or found_inf.is_complex():
+                raise ValueError(f"step(): found_inf must be a bool or a 1-element tensor, got a {found_inf.dtype} "
+                                 f"tensor of shape {tuple(found_inf.shape)}")
+            value = found_inf.item() if found_inf.device.type == "cpu" else False
+        else:
+            value = found_inf
+        if not isinstance(value, (bool, np.bool_)) and not is_real(value):
+            raise ValueError(f"step(): found_inf={short(value)} must be a bool ({type(value).__name__} given)")
+        if not isinstance(value, (bool, np.bool_)) and math.isnan(float(value)):
+            raise ValueError("step(): found_inf is NaN; expected a bool or 0/1")
+
+
+@functools.lru_cache(maxsize=None)
+def flag_names(cls) -> tuple:
+    """The switches of an optimizer class: its constructor's arguments with a
+    bool default, less the unsupported ones (refused when truthy)."""
+    return tuple(name for name, prm in inspect.signature(cls.__init__).parameters.items()
+                 if isinstance(prm.default, bool) and (name not in UNSUPPORTED or name in cls.FLAGS))
 
 
 def check_betas(group: int, betas) -> None:

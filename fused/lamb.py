@@ -22,6 +22,7 @@ from .base import Bucket, FusedOptimizer, Scaling, call_kernel, check_betas, che
 
 class FusedLAMB(FusedOptimizer):
     MOMENTS = ("exp_avg", "exp_avg_sq")
+    NONNEGATIVE = ("exp_avg_sq",)
 
     def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
                  amsgrad=False, adam_w_mode=True, grad_averaging=True, max_grad_norm=1.0, use_nvlamb=False, *,

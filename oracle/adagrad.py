@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import GradScaling, OptState, check_counter, check_range, drive, maybe_fp32
+from .common import GradScaling, OptState, check_counter, check_flag, check_range, drive, maybe_fp32, with_defaults
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "accumulator")
@@ -64,7 +64,8 @@ DEFAULTS = {"lr": 1e-2, "lr_decay": 0.0, "weight_decay": 0.0, "initial_accumulat
 def validate(hparams: list[dict]) -> list[dict]:
     out = []
     for g, hp in enumerate(hparams):
-        hp = {**DEFAULTS, **hp}
+        hp = with_defaults(g, hp, DEFAULTS)
+        check_flag(g, "maximize", hp["maximize"])
         for name in ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
             check_range(g, name, hp[name], low=0.0)
         out.append(hp)

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import (GradScaling, OptState, bias_corrections, check_betas, check_counter, check_range, drive,
-                     maybe_fp32)
+from .common import (GradScaling, OptState, bias_corrections, check_betas, check_counter, check_flag, check_range,
+                     drive, maybe_fp32, with_defaults)
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "decoupled_update")
@@ -78,7 +78,9 @@ def validate(hparams: list[dict]) -> list[dict]:
     """Fill defaults and check ranges; raises ValueError naming the group."""
     out = []
     for g, hp in enumerate(hparams):
-        hp = {**DEFAULTS, **hp}
+        hp = with_defaults(g, hp, DEFAULTS)
+        for name in ("amsgrad", "maximize"):
+            check_flag(g, name, hp[name])
         check_range(g, "lr", hp["lr"], low=0.0)
         check_betas(g, hp["betas"])
         check_range(g, "eps", hp["eps"], low=0.0)

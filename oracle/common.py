@@ -8,8 +8,10 @@ are never mutated, new arrays are returned.
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +19,9 @@ import numpy as np
 # "none": no counter at all (torch SGD, the reference Lion implementations);
 # an update rule that reads no t declares it so that state carries no "step".
 COUNTERS = ("param", "group", "none")
+# Counters are exact integers below 2**53: a float64 (math.pow(beta, t), the
+# kernels' double(step)) holds every one of them, and the next step's too.
+MAX_COUNTER = 2 ** 53
 
 
 @dataclass
@@ -87,6 +92,8 @@ def check_structure(params, grads, state: OptState, hparams) -> None:
                 raise ValueError(f"group {g} param {i}: complex values are not supported")
             if gr is not None and np.shape(gr) != np.shape(p):
                 raise ValueError(f"group {g} param {i}: grad shape {np.shape(gr)} != param shape {np.shape(p)}")
+            if not isinstance(ss[i], dict):
+                raise ValueError(f"group {g} param {i}: state must be a dict, got {type(ss[i]).__name__}")
             for key, value in ss[i].items():
                 if key != "step" and np.shape(value) != np.shape(p):
                     raise ValueError(f"group {g} param {i}: state {key!r} shape {np.shape(value)} "
@@ -95,7 +102,11 @@ def check_structure(params, grads, state: OptState, hparams) -> None:
 
 def check_betas(group: int, betas) -> None:
     """A pair, each in [0, 1)."""
-    if len(tuple(betas)) != 2:
+    try:
+        pair = isinstance(betas, (tuple, list, np.ndarray)) and len(tuple(betas)) == 2
+    except TypeError:
+        pair = False
+    if not pair:
         raise ValueError(f"group {group}: betas must be a pair (beta1, beta2), got {betas!r}")
     for k, b in enumerate(betas):
         check_range(group, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
@@ -111,15 +122,111 @@ def as_float64(x, copy: bool = False):
 
 
 def check_range(group: int, name: str, value, low=None, high=None, high_open=False) -> None:
-    """Hyperparameter range check with a message naming the group."""
-    ok = isinstance(value, numbers.Real) and not math.isnan(value)  # numbers.Real: NumPy scalars too
+    """Hyperparameter range check with a message naming the group: a finite
+    real number (NumPy scalars too; bools are not numbers here)."""
+    ok = (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+          and math.isfinite(_float_or_inf(value)))
     if ok and low is not None:
         ok = value >= low
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if not ok:
         bound = f"[{low}, inf)" if high is None else f"[{low}, {high}{')' if high_open else ']'}"
-        raise ValueError(f"group {group}: {name}={value!r} is outside {bound}")
+        raise ValueError(f"group {group}: {name}={_short(value)} is outside {bound} (a finite real number)")
+
+
+def _float_or_inf(value) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float range
+        return math.inf
+
+
+def _short(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_flag(group: int, name: str, value) -> None:
+    """A switch (amsgrad, maximize, ...): True or False, NumPy bools too; a
+    string such as "False" would be truthy."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"group {group}: {name}={_short(value)} must be True or False")
+
+
+def with_defaults(group: int, hp, defaults: dict) -> dict:
+    """One group's hyperparameters over the optimizer's defaults. A key the
+    optimizer does not have is refused (a typo such as `lrr` would otherwise
+    silently run with the default lr), naming the group and the closest key."""
+    if not isinstance(hp, Mapping):
+        raise ValueError(f"group {group}: hyperparameters must be a dict, got {type(hp).__name__}")
+    for key in hp:
+        if key not in defaults:
+            close = difflib.get_close_matches(str(key), [str(k) for k in defaults], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"group {group}: unknown hyperparameter {key!r}{hint} "
+                             f"(this optimizer has {', '.join(sorted(defaults))})")
+    return {**defaults, **hp}
+
+
+def as_counter(where: str, value) -> int:
+    """A stored step counter as an exact int. Accepted: ints (NumPy's too),
+    floats with an integral value (torch keeps per-param counters as float
+    tensors) and 0-d arrays of either, in [0, 2**53). Refused, with
+    ValueError naming `where`: bools, fractional or non-finite floats,
+    negatives (the step would use t <= 0: bias corrections 0, NaN params)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{where}={_short(value)} must be an integer counter ({type(value).__name__} given)")
+    if not isinstance(value, numbers.Integral):
+        x = float(value)
+        if not (math.isfinite(x) and x.is_integer()):
+            raise ValueError(f"{where}={_short(value)} must be an integer counter (an int or an integral float)")
+    n = int(value)
+    if not 0 <= n < MAX_COUNTER:
+        raise ValueError(f"{where}={n} must be in [0, 2**53): the step uses counter + 1 >= 1, "
+                         "exact in float64")
+    return n
+
+
+def as_float64_named(where: str, x, copy: bool = False):
+    """as_float64, with a ValueError naming `where` for what is not a real array."""
+    if hasattr(x, "__array_function__") and not isinstance(x, np.ndarray):
+        return x
+    if x is None or np.iscomplexobj(x):
+        raise ValueError(f"{where}: expected a real float array, got {type(x).__name__}"
+                         + (" (complex)" if x is not None else ""))
+    try:
+        return as_float64(x, copy=copy)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: not a float array ({type(x).__name__}): {e}") from None
+
+
+def check_inv_scale(inv_scale) -> float:
+    """GradScaling.inv_scale: a finite number > 0 (NaN, Inf, 0 or a negative
+    value would silently turn every update into NaN, nothing, or its reverse)."""
+    ok = (isinstance(inv_scale, numbers.Real) and not isinstance(inv_scale, (bool, np.bool_))
+          and math.isfinite(_float_or_inf(inv_scale)) and inv_scale > 0)
+    if not ok:
+        raise ValueError(f"scaling: inv_scale={_short(inv_scale)} must be a finite number > 0")
+    return float(inv_scale)
+
+
+def canonical_state(state: OptState) -> OptState:
+    """A copy of `state` as the update math expects it: counters exact ints
+    (as_counter), every state array float64 (a float32 moment would otherwise
+    drag the arithmetic down to float32). Error-tracking arrays pass through."""
+    new = state.copy()
+    new.group_step = [as_counter(f"group {g}: group_step", s) for g, s in enumerate(new.group_step)]
+    for g, entries in enumerate(new.params):
+        for i, st in enumerate(entries):
+            if not isinstance(st, dict):
+                raise ValueError(f"group {g} param {i}: state must be a dict, got {type(st).__name__}")
+            for key, value in st.items():
+                where = f"group {g} param {i}: state {key!r}"
+                st[key] = as_counter(where, value) if key == "step" else as_float64_named(where, value)
+    return new
 
 
 def drive(params, grads, state, hparams, counter, scaling, update):
@@ -136,11 +243,12 @@ def drive(params, grads, state, hparams, counter, scaling, update):
     check_structure(params, grads, state, hparams)
     # copies: a param without a grad (or every param, under found_inf) is returned as is,
     # and must not alias the caller's array
-    new_params = [[as_float64(p, copy=True) for p in group] for group in params]
-    new_state = state.copy()
+    new_params = [[as_float64_named(f"group {g} param {i}", p, copy=True) for i, p in enumerate(group)]
+                  for g, group in enumerate(params)]
+    new_state = canonical_state(state)
+    inv_scale = 1.0 if scaling is None else check_inv_scale(scaling.inv_scale)  # refused on skipped steps too
     if scaling is not None and scaling.found_inf:
         return new_params, new_state
-    inv_scale = 1.0 if scaling is None else float(scaling.inv_scale)
     for g, group in enumerate(new_params):
         if counter == "group":
             new_state.group_step[g] += 1
@@ -152,6 +260,7 @@ def drive(params, grads, state, hparams, counter, scaling, update):
             if counter == "param":
                 st["step"] = st.get("step", 0) + 1
             t = {"group": new_state.group_step[g], "param": st.get("step"), "none": None}[counter]
-            scaled = as_float64(grad) * inv_scale if inv_scale != 1.0 else as_float64(grad)
+            grad = as_float64_named(f"group {g} param {i}: grad", grad)
+            scaled = grad * inv_scale if inv_scale != 1.0 else grad
             new_params[g][i], new_state.params[g][i] = update(g, i, p, scaled, st, t)
     return new_params, new_state

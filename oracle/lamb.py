@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .adam import moments
-from .common import (GradScaling, OptState, as_float64, bias_corrections, check_betas, check_counter, check_range,
-                     check_structure, drive, maybe_fp32)
+from .common import (GradScaling, OptState, as_float64_named, bias_corrections, check_betas, check_counter, check_flag,
+                     check_inv_scale, check_range, check_structure, drive, maybe_fp32, with_defaults)
 from .spec import OptimizerSpec
 
 DECAYS = ("decoupled_update", "l2")
@@ -73,7 +73,8 @@ DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.01
 def validate(hparams: list[dict]) -> list[dict]:
     out = []
     for g, hp in enumerate(hparams):
-        hp = {**DEFAULTS, **hp}
+        hp = with_defaults(g, hp, DEFAULTS)
+        check_flag(g, "grad_averaging", hp["grad_averaging"])
         for name in ("lr", "eps", "weight_decay", "max_grad_norm", "min_coeff"):
             check_range(g, name, hp[name], low=0.0)
         check_range(g, "max_coeff", hp["max_coeff"], low=hp["min_coeff"])
@@ -126,9 +127,10 @@ def step(params, grads, state: OptState, hparams, conv: LambConvention = APEX_LA
          scaling: GradScaling | None = None):
     hps = validate(hparams)
     check_structure(params, grads, state, hps)  # before the clip norm reads the grads
-    inv_scale = 1.0 if scaling is None else scaling.inv_scale
+    inv_scale = 1.0 if scaling is None else check_inv_scale(scaling.inv_scale)
     # One optimizer-wide max_grad_norm (apex reads its constructor default); group 0 carries it.
-    arrays = [[None if g is None else as_float64(g) for g in group] for group in grads]
+    arrays = [[None if g is None else as_float64_named(f"group {k} param {i}: grad", g) for i, g in enumerate(group)]
+              for k, group in enumerate(grads)]
     clip = clip_factor(arrays, inv_scale, hps[0]["max_grad_norm"]) if conv.global_clip and hps else 1.0
     return drive(params, grads, state, hps, conv.counter, scaling,
                  lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv, clip))

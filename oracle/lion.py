@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import GradScaling, OptState, check_betas, check_counter, check_range, drive, maybe_fp32
+from .common import (GradScaling, OptState, check_betas, check_counter, check_flag, check_range, drive, maybe_fp32,
+                     with_defaults)
 from .spec import OptimizerSpec
 
 SIGN_ZEROS = ("zero", "copysign")
@@ -73,7 +74,8 @@ def validate(hparams: list[dict]) -> list[dict]:
     """Fill defaults and check ranges; raises ValueError naming the group."""
     out = []
     for g, hp in enumerate(hparams):
-        hp = {**DEFAULTS, **hp}
+        hp = with_defaults(g, hp, DEFAULTS)
+        check_flag(g, "maximize", hp["maximize"])
         check_range(g, "lr", hp["lr"], low=0.0)
         check_betas(g, hp["betas"])
         check_range(g, "weight_decay", hp["weight_decay"], low=0.0)

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import GradScaling, OptState, as_float64, check_counter, check_range, drive, maybe_fp32
+from .common import (GradScaling, OptState, as_float64, check_counter, check_flag, check_range, drive, maybe_fp32,
+                     with_defaults)
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled")
@@ -71,7 +72,9 @@ def validate(hparams: list[dict]) -> list[dict]:
     """Fill defaults and check like torch's constructor; ValueError naming the group."""
     out = []
     for g, hp in enumerate(hparams):
-        hp = {**DEFAULTS, **hp}
+        hp = with_defaults(g, hp, DEFAULTS)
+        for name in ("nesterov", "maximize"):
+            check_flag(g, name, hp[name])
         for name in ("lr", "momentum", "weight_decay"):
             check_range(g, name, hp[name], low=0.0)
         check_range(g, "dampening", hp["dampening"])  # torch accepts any dampening; NaN is refused here

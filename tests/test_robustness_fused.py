@@ -119,6 +119,16 @@ BAD_HPARAMS = {
     FusedLAMB: [("lr", -1e-3), ("lr", math.nan), ("eps", -1e-8), ("weight_decay", -0.1), ("max_grad_norm", -1.0),
                 ("betas", (0.9, 1.0)), ("betas", (-0.1, 0.9)), ("betas", (0.9,))],
 }
+# Regression (hostile review): accepted silently before, and turned params into NaN/-inf or 1.0-sized steps.
+for _cls in OPTIMIZERS:
+    BAD_HPARAMS[_cls] += [("lr", math.inf), ("lr", True), ("lr", torch.tensor(True)), ("lr", 10 ** 400),
+                          ("lr", "0.1"), ("eps", math.inf), ("weight_decay", math.inf), ("weight_decay", False),
+                          ("master_weights", "no"), ("master_weights", 1)]
+BAD_HPARAMS[FusedAdam] += [("betas", (True, 0.999)), ("adam_w_mode", "False"), ("bias_correction", 0),
+                           ("capturable", None)]
+BAD_HPARAMS[FusedAdagrad] += [("lr_decay", math.inf), ("initial_accumulator_value", math.inf),
+                              ("adagrad_w_mode", "True")]
+BAD_HPARAMS[FusedLAMB] += [("max_grad_norm", math.inf), ("use_nvlamb", "yes"), ("grad_averaging", 1.0)]
 
 
 @pytest.mark.parametrize("cls,key,value", [(c, k, v) for c, cases in BAD_HPARAMS.items() for k, v in cases],
@@ -202,6 +212,30 @@ def sabotage_device(groups, opt):
     opt.param_groups[1]["params"].append(p)
 
 
+def sabotage_meta_group(groups, opt):
+    """A group of meta params (deferred init, never materialized) that have grads."""
+    p = torch.zeros(3, device="meta", requires_grad=True)
+    opt.add_param_group({"params": [p]})
+    p.grad = torch.zeros(3, device="meta")
+
+
+def sabotage_param_dtype(groups, opt):
+    p = groups[1][1]  # fp32
+    with torch.no_grad():
+        p.data = torch.zeros(3, dtype=torch.float64)
+    p.grad = torch.ones(3, dtype=torch.float64)
+
+
+def sabotage_not_a_tensor(groups, opt):
+    opt.param_groups[1]["params"].append(np.zeros(3))
+
+
+def sabotage_counter(value):
+    def sabotage(groups, opt):
+        opt.param_groups[1]["step"] = value
+    return sabotage
+
+
 STEP_CASES = {
     "grad_shape": (sabotage_grad_shape, RuntimeError, r"^group 1 param 1: grad shape \(3,\) != param shape \(2, 2\)"),
     "grad_dtype": (sabotage_grad_dtype, RuntimeError,
@@ -209,6 +243,18 @@ STEP_CASES = {
     "sparse_grad": (sabotage_sparse, RuntimeError, r"^group 1 param 1: sparse gradients"),
     "noncontiguous_param": (sabotage_noncontiguous, RuntimeError, r"^group 1 param 0: non-contiguous"),
     "param_on_other_device": (sabotage_device, RuntimeError, r"^group 1 param 3: on meta:?\d* \(grad meta:?\d*\) while the group is on cpu"),
+    # regressions (hostile review): these reached the kernels and failed there with raw messages
+    # ("fused: no kernels for device type 'meta'", "unsupported dtype Double", "'numpy.ndarray' object
+    # has no attribute 'grad'", pybind's "incompatible function arguments"), or were silently accepted
+    "meta_group": (sabotage_meta_group, ValueError, r"^group 2 param 0: on meta; the fused kernels run on cpu"),
+    "param_dtype_changed": (sabotage_param_dtype, ValueError, r"^group 1 param 1: dtype torch.float64 is not supported"),
+    "param_not_a_tensor": (sabotage_not_a_tensor, TypeError, r"^group 1 param 3: expected a tensor, got ndarray"),
+    "counter_int64_max": (sabotage_counter(2 ** 63 - 1), ValueError, r"^group 1: step=9223372036854775807 must be < 2\*\*53"),
+    "counter_2_53": (sabotage_counter(2 ** 53), ValueError, r"^group 1: step=9007199254740992 must be < 2\*\*53"),
+    "counter_beyond_int64": (sabotage_counter(2 ** 70), ValueError, r"^group 1: step=\d+ must be < 2\*\*53"),
+    "counter_negative": (sabotage_counter(-1), ValueError, r"^group 1: step=-1 must be >= 0"),
+    "counter_fraction": (sabotage_counter(1.5), TypeError, r"^group 1: step must be an int .* float 1.5"),
+    "counter_str": (sabotage_counter("5"), TypeError, r"^group 1: step must be an int .* str '5'"),
 }
 
 
@@ -406,6 +452,21 @@ CKPT_CASES = {
                              r"^checkpoint group 1: step .* torch.float32 tensor"),
     "counter_1d_tensor": (mut(lambda sd: sd["param_groups"][1].__setitem__("step", torch.tensor([3]))), TypeError,
                           r"^checkpoint group 1: step .* shape \(1,\)"),
+    # regressions (hostile review)
+    "counter_int64_max": (mut(lambda sd: sd["param_groups"][1].__setitem__("step", 2 ** 63 - 1)), ValueError,
+                          r"^checkpoint group 1: step=9223372036854775807 must be < 2\*\*53"),
+    "counter_int64_max_tensor": (mut(lambda sd: sd["param_groups"][1].__setitem__("step", torch.tensor(2 ** 63 - 1))),
+                                 ValueError, r"^checkpoint group 1: step=9223372036854775807 must be < 2\*\*53"),
+    "counter_meta_tensor": (mut(lambda sd: sd["param_groups"][1].__setitem__("step", torch.tensor(3, device="meta"))),
+                            ValueError, r"^checkpoint group 1: step is a meta tensor"),
+    "lr_inf": (mut(lambda sd: sd["param_groups"][1].__setitem__("lr", math.inf)), ValueError,
+               r"^checkpoint group 1: lr=inf must be >= 0.0 and finite"),
+    "lr_bool": (mut(lambda sd: sd["param_groups"][1].__setitem__("lr", True)), ValueError,
+                r"^checkpoint group 1: lr=True must be a real number \(bool given\)"),
+    "flag_str": (mut(lambda sd: sd["param_groups"][1].__setitem__("master_weights", "no")), ValueError,
+                 r"^checkpoint group 1: master_weights='no' must be True or False"),
+    "unhashable_id": (mut(lambda sd: sd["param_groups"][1]["params"].__setitem__(0, [first_id(sd, 1)])), TypeError,
+                      r"^checkpoint group 1 param 0: param id \[\d+\] is not hashable"),
 }
 
 
@@ -428,6 +489,15 @@ STATE_CASES = {
                           r"state '{m}' must be a tensor, got list"),
     "moment_sparse": (lambda st, m: st.__setitem__(m, st[m].to_sparse()), ValueError, r"state '{m}' has layout"),
     "entry_not_dict": (None, TypeError, r"state must be a dict"),
+    # regressions (hostile review): impossible values, and "Cannot copy out of meta tensor"
+    "moment_nan": (lambda st, m: st[m].view(-1).__setitem__(1, math.nan), ValueError,
+                   r"state '{m}' holds 1 NaN value\(s\)"),
+    "moment_negative": (lambda st, m: st[m].view(-1).__setitem__(0, -1e-3), ValueError,
+                        r"state '{m}' holds negative values \(min -0.001"),
+    "moment_neg_inf": (lambda st, m: st[m].view(-1).__setitem__(0, -math.inf), ValueError,
+                       r"state '{m}' holds negative values"),
+    "moment_meta": (lambda st, m: st.__setitem__(m, torch.zeros(st[m].shape, device="meta")), ValueError,
+                    r"state '{m}' is a meta tensor"),
 }
 
 
@@ -504,6 +574,138 @@ def test_load_checkpoint_reads_validates_and_loads(cls, tmp_path):
     for p, q in zip([p for ps in groups for p in ps], [q for g in other.param_groups for q in g["params"]]):
         for k, v in other.state[q].items():
             assert torch.equal(bits(opt.state[p][k]), bits(v)), k
+
+
+# --------------------------------------------------------------------- hostile-review regressions
+
+def snapshot(opt, groups):
+    """Params (bits), state (bits) and counters, for a bitwise comparison of two runs."""
+    return ([bits(p) for ps in groups for p in ps],
+            [{k: bits(v) for k, v in sorted(opt.state[p].items())} for ps in groups for p in ps if opt.state.get(p)],
+            [g["step"] for g in opt.param_groups])
+
+
+@by_cls
+def test_same_checkpoint_reloads_any_number_of_times(cls):
+    """torch's __setstate__ (run by every load_state_dict) adds `differentiable`
+    to `defaults`; the checkpoint check then required it, so every valid
+    checkpoint was refused after the first load. Load the same state_dict 3
+    times, then step: bitwise the uninterrupted run."""
+    ref, ref_groups = trained(cls, steps=2)
+    sd = copy.deepcopy(ref.state_dict())
+    defaults = dict(ref.defaults)
+    opt, groups = trained(cls, steps=0)  # same params, fresh state
+    for _ in range(3):
+        opt.load_state_dict(sd)
+    assert opt.defaults.keys() == defaults.keys(), "load_state_dict changed the optimizer's defaults"
+    twin = copy.deepcopy(opt)  # unpickling runs __setstate__ too
+    twin.load_state_dict(sd)
+    for ps, qs in zip(groups, ref_groups):
+        for p, q in zip(ps, qs):
+            with torch.no_grad():
+                p.copy_(q)
+            p.grad = q.grad.clone()
+    for k in range(2):
+        ref.step()
+        opt.step()
+        fill_grads(ref_groups, 50 + k)
+        fill_grads(groups, 50 + k)
+    want, got = snapshot(ref, ref_groups), snapshot(opt, groups)
+    assert [g["step"] for g in opt.param_groups] == [4, 4]
+    assert all(torch.equal(a, b) for a, b in zip(want[0], got[0])), "params differ from the uninterrupted run"
+    assert len(want[1]) == len(got[1])
+    for a, b in zip(want[1], got[1]):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "state differs"
+    assert want[2] == got[2]
+
+
+@by_cls
+def test_largest_counter_steps_once_then_is_refused(cls):
+    """A counter of 2**53 - 1 loads and steps to 2**53 (exact in double); the
+    next step is refused before group 0 (counter 5) moves."""
+    opt, groups = trained(cls)
+    sd = checkpoint_of(cls)
+    sd["param_groups"][1]["step"] = 2 ** 53 - 1
+    opt.load_state_dict(sd)
+    opt.step()
+    assert [g["step"] for g in opt.param_groups] == [4, 2 ** 53]
+    refused(opt, groups, ValueError, r"^group 1: step=9007199254740992 must be < 2\*\*53", opt.step)
+
+
+BAD_SCALING = [
+    (dict(inv_scale=math.nan), r"inv_scale=nan must be finite and > 0"),
+    (dict(inv_scale=math.inf), r"inv_scale=inf must be finite and > 0"),
+    (dict(inv_scale=-math.inf), r"inv_scale=-inf must be finite and > 0"),
+    (dict(inv_scale=0.0), r"inv_scale=0.0 must be finite and > 0"),
+    (dict(inv_scale=-0.5), r"inv_scale=-0.5 must be finite and > 0"),
+    (dict(inv_scale=10 ** 400), r"inv_scale=1000.* must be finite and > 0"),
+    (dict(inv_scale=torch.tensor(math.nan)), r"inv_scale=nan must be finite and > 0"),
+    (dict(inv_scale=True), r"inv_scale=True must be a real number \(bool given\)"),
+    (dict(inv_scale="0.5"), r"inv_scale='0.5' must be a real number"),
+    (dict(inv_scale=torch.ones(2)), r"inv_scale must be a number or a 1-element real tensor"),
+    (dict(found_inf="no"), r"found_inf='no' must be a bool"),
+    (dict(found_inf=math.nan), r"found_inf is NaN"),
+    (dict(found_inf=torch.zeros(2)), r"found_inf must be a bool or a 1-element tensor"),
+]
+
+
+@pytest.mark.parametrize("kwargs,match", BAD_SCALING, ids=[repr(k) for k, _ in BAD_SCALING])
+@by_cls
+def test_bad_grad_scaling_is_refused_before_anything_changes(cls, kwargs, match):
+    opt, groups = trained(cls)
+    refused(opt, groups, ValueError, r"^step\(\): " + match, lambda: opt.step(**kwargs))
+
+
+@by_cls
+def test_good_grad_scaling_still_accepted(cls):
+    opt, groups = trained(cls)
+    opt.step(inv_scale=np.float32(0.5), found_inf=np.bool_(False))
+    opt.step(inv_scale=torch.tensor(0.25), found_inf=torch.tensor(0.0))
+    opt.step(inv_scale=2 ** -10, found_inf=0)
+    assert [g["step"] for g in opt.param_groups] == [5, 5]
+
+
+@by_cls
+def test_checkpoint_values_a_run_can_produce_are_accepted(cls):
+    """Only impossible values are refused: a negative exp_avg, an Inf moment
+    (overflow) and a NaN master (a NaN param) load."""
+    opt, groups = trained(cls)
+    sd = checkpoint_of(cls)
+    st = sd["state"][first_id(sd, 1)]
+    if "exp_avg" in st:
+        st["exp_avg"].view(-1)[0] = -3.0
+    st[moment_key(cls)].view(-1)[1] = math.inf
+    st["master_param"].view(-1)[2] = math.nan
+    opt.load_state_dict(sd)
+    assert math.isinf(float(opt.state[groups[1][0]][moment_key(cls)].view(-1)[1]))
+
+
+@by_cls
+def test_malformed_params_are_named_at_construction(cls):
+    """Raw errors before: torch's "'NoneType' object is not iterable",
+    "optimizer can only optimize Tensors, but one of the params is list" (no
+    group or index), KeyError: 'params'."""
+    a, b = torch.zeros(2, requires_grad=True), torch.zeros(3, requires_grad=True)
+    cases = [
+        (lambda: cls([[a, b]]), TypeError, r"^group 0 param 0: expected a tensor, got list \(a nested list\?"),
+        (lambda: cls([{"params": [a]}, {"params": [[b]]}]), TypeError, r"^group 1 param 0: expected a tensor, got list"),
+        (lambda: cls([a, np.zeros(3)]), TypeError, r"^group 0 param 1: expected a tensor, got ndarray"),
+        (lambda: cls(None), TypeError, r"params must be an iterable of tensors or of param group dicts, got NoneType"),
+        (lambda: cls(3), TypeError, r"params must be an iterable of tensors or of param group dicts, got int"),
+        (lambda: cls({"params": [a]}), TypeError, r"got dict \(wrap a single group in a list\)"),
+        (lambda: cls([{"lr": 0.1}]), ValueError, r"^group 0: a param group needs a 'params' entry"),
+    ]
+    for make, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            make()
+    opt = cls([a])
+    with pytest.raises(TypeError, match=r"^group 1: a param group must be a dict, got list"):
+        opt.add_param_group([b])
+    with pytest.raises(TypeError, match=r"^group 1 param 0: expected a tensor, got list"):
+        opt.add_param_group({"params": [[b]]})
+    assert len(opt.param_groups) == 1
+    named = cls([("w", a)])  # torch's named params are still taken
+    assert named.param_groups[0]["params"] == [a]
 
 
 # --------------------------------------------------------------------- the oracle's gaps
