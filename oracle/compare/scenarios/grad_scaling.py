@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 
+import oracle
 from oracle.common import GradScaling
 
 from ..bitwise import compare_bits, state_bits
@@ -23,7 +24,9 @@ def run_grad_scaling(target, device="cpu", seed=0):
     """found_inf leaves everything bitwise unchanged (first step and later);
     inv_scale is applied exactly once."""
     t0 = time.perf_counter()
-    hp = [{**(base_hparams(target.optimizer) or {}), "eps": 1e-3}]  # |g| ~ eps: the grad's scale shows in the update
+    hp = [dict(base_hparams(target.optimizer) or {})]
+    if "eps" in oracle.SPECS[target.optimizer].defaults:
+        hp[0]["eps"] = 1e-3  # |g| ~ eps: the grad's scale shows in the update
     # (step, found_inf, loss scale); steps 6-7: found_inf without a grad scale (PyTorch #95847)
     steps = [(1, True, SCALE), (2, False, SCALE), (3, False, SCALE), (4, True, SCALE), (5, False, SCALE),
              (6, True, 1.0), (7, False, 1.0)]

@@ -1,10 +1,14 @@
 """Irregular inputs: grads that come and go, non-contiguous and mixed-dtype params, groups added late."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import time
 
 import numpy as np
 import torch
+
+import oracle
 
 
 from ..checks import CheckResult, Finding
@@ -14,18 +18,34 @@ from . import scenario
 from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 
 
-def _irregular_layouts():
-    """name -> (groups of (label, shape, dtype), grad-None steps per label, steps)."""
-    f = "float32"
-    return {
-        "grad_none": ([[("a", (5, 3), f), ("frozen", (4,), f), ("skip4", (6,), f)]],
-                      {"frozen": (1, 2, 3), "skip4": (4,)}, 6),
-        "zero_numel": ([[("z0", (0,), f), ("a", (5,), f), ("z1", (0, 3), f), ("b", (3, 2), f), ("z2", (0,), f)]], {}, 3),
-        "scalar": ([[("s", (), f), ("a", (4,), f)]], {}, 3),
-        "noncontiguous": ([[("nc_t", (5, 4), f), ("a", (3,), f), ("nc_s", (7,), f)]], {}, 3),
-        "mixed_dtypes": ([[("f32", (5,), "float32"), ("bf16", (6,), "bfloat16"), ("f16", (4,), "float16")]], {}, 3),
-        "add_param_group": ([[("a", (5, 2), f)]], {}, 5),
-    }
+@dataclass(frozen=True)
+class SubCase:
+    """One irregular input: groups of (label, shape, dtype) (labels starting
+    "nc_" are non-contiguous, "_t" transposed, else strided), the steps on
+    which a label has no grad, the step count, extra hyperparameters, the step
+    at which a group is added, and whether refusing it (naming contiguity) is
+    a legitimate answer rather than a failure."""
+
+    groups: list
+    grad_none: dict = field(default_factory=dict)
+    steps: int = 3
+    hparams: dict = field(default_factory=dict)
+    add_group_at: int | None = None
+    may_refuse: str | None = None
+
+
+F = "float32"
+SUBCASES = {
+    "grad_none": SubCase([[("a", (5, 3), F), ("frozen", (4,), F), ("skip4", (6,), F)]],
+                         {"frozen": (1, 2, 3), "skip4": (4,)}, steps=6),
+    "zero_numel": SubCase([[("z0", (0,), F), ("a", (5,), F), ("z1", (0, 3), F), ("b", (3, 2), F), ("z2", (0,), F)]]),
+    "scalar": SubCase([[("s", (), F), ("a", (4,), F)]]),
+    "noncontiguous": SubCase([[("nc_t", (5, 4), F), ("a", (3,), F), ("nc_s", (7,), F)]], may_refuse="contiguous"),
+    # eps large enough for the fp16 param's updates to show (where the optimizer has an eps)
+    "mixed_dtypes": SubCase([[("f32", (5,), "float32"), ("bf16", (6,), "bfloat16"), ("f16", (4,), "float16")]],
+                            hparams={"eps": 1e-3}),
+    "add_param_group": SubCase([[("a", (5, 2), F)]], steps=5, add_group_at=3),
+}
 
 
 def _noncontiguous(x: np.ndarray, dtype, device, kind):
@@ -52,7 +72,9 @@ def run_irregular(target, device="cpu", seed=0):
     if reason:
         return skip(result, reason)
     checks, notes = {}, []
-    for name, (groups, none, steps) in _irregular_layouts().items():
+    spec = oracle.SPECS[target.optimizer]
+    for name, sub in SUBCASES.items():
+        groups, none, steps = sub.groups, sub.grad_none, sub.steps
         res = checks[name] = CheckResult(name)
         dtypes = {d for g in groups for _, _, d in g}
         missing = dtypes - set(target.dtypes)
@@ -60,7 +82,7 @@ def run_irregular(target, device="cpu", seed=0):
             res.note = f"skipped: {target.name} does not support {', '.join(sorted(missing))}"
             notes.append(f"{name} skipped ({res.note[9:]})")
             continue
-        hp = [{**base, "eps": 1e-3}] if name == "mixed_dtypes" else [dict(base)]
+        hp = [{**base, **{k: v for k, v in sub.hparams.items() if k in spec.defaults}}]
         params = []
         for g, group in enumerate(groups):
             row = []
@@ -72,7 +94,7 @@ def run_irregular(target, device="cpu", seed=0):
         try:
             opt = build(target, params, hp)
         except Exception as exc:  # noqa: BLE001
-            if name == "noncontiguous" and "contiguous" in str(exc):
+            if sub.may_refuse and sub.may_refuse in str(exc):
                 res.note = f"skipped: construction refused non-contiguous params: {type(exc).__name__}: {exc}"
                 notes.append(f"{name} skipped (refused: {exc})")
             else:
@@ -82,7 +104,7 @@ def run_irregular(target, device="cpu", seed=0):
         ls = Lockstep(target, opt, hp, res, res, f"[{name}] ")
         ptrs = {(g, i): (p.data_ptr(), p.stride()) for g, ps in enumerate(params) for i, p in enumerate(ps)}
         for k in range(1, steps + 1):
-            if name == "add_param_group" and k == 3:
+            if k == sub.add_group_at:
                 x = values(seed, (3, 3), "float32", 1.0, "irregular", name, "late")
                 late = tensor(x, "float32", device)
                 late_hp = {**base, "weight_decay": 0.0, "lr": base.get("lr", 1e-2) * 0.5}
@@ -108,7 +130,7 @@ def run_irregular(target, device="cpu", seed=0):
             try:
                 ls.step(k, grads)
             except Exception as exc:  # noqa: BLE001 - reported in this sub-case, the others still run
-                if name == "noncontiguous" and k == 1 and "contiguous" in str(exc):
+                if sub.may_refuse and k == 1 and sub.may_refuse in str(exc):
                     # refused with a reason: the implementation cannot express it (not silently wrong)
                     res.note = f"skipped: step() refused non-contiguous tensors: {type(exc).__name__}: {exc}"
                     notes.append(f"{name} skipped (refused: {exc})")
