@@ -9,7 +9,7 @@ import pytest
 
 from oracle.compare import report
 from oracle.compare import scenarios as S
-from oracle.compare.targets import builtin_targets, load_impl, torch_targets
+from oracle.compare.registry import builtin_targets, load_impl, torch_targets
 from tests.broken import scenario_mutants as M
 
 TORCH = {t.name: t for t in torch_targets()}
@@ -37,9 +37,12 @@ def expected_failures(target_name, scenario):
 
 def test_api():
     assert list(S.SCENARIOS) == ["rank_skew", "construction", "checkpoint", "grad_scaling", "irregular",
-                                 "long_horizon", "inputs_unchanged"]
+                                 "long_horizon", "inputs_unchanged", "engine_construction", "engine_roundtrip"]
     for name, sc in S.SCENARIOS.items():
         assert sc.name == name and sc.doc and callable(sc.run)
+    # engine scenarios apply to training-engine targets only, the others to optimizers only
+    optimizer_target = TORCH["torch.adamw.forloop"]
+    assert [n for n, sc in S.SCENARIOS.items() if sc.applies(optimizer_target)] == list(S.ORDER[:-1])
 
 
 @pytest.mark.parametrize("scenario", SINGLE_PROCESS)

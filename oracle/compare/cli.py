@@ -61,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def select_targets(args, optimizers, explicit_optimizer: bool):
-    from . import targets as T
+    from . import registry as T
     chosen = []
     for spec in args.impl:
         try:

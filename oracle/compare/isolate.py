@@ -20,7 +20,7 @@ STARTUP_TIMEOUT = 120.0  # importing torch on a busy 2-core machine
 def resolve_target(name: str, optimizer: str):
     """Rebuild a target from its name inside the worker (targets hold
     closures and do not pickle)."""
-    from .targets import find
+    from .registry import find
     return find(name, optimizer)
 
 

@@ -209,7 +209,7 @@ def installed_versions(libraries=()) -> dict:
     """Versions of the libraries that decide: report.versions() plus any other named distribution."""
     from importlib import metadata
 
-    from .report import versions
+    from .runinfo import versions
     out = dict(versions())
     for lib in libraries:
         if lib not in out:
@@ -294,7 +294,7 @@ class Verdict:
                 "not_applicable": len(self.by_status("not applicable"))}
 
     def to_dict(self, device: str = "cpu") -> dict:
-        from .report import repro_command
+        from .runinfo import repro_command
 
         def failure(f: Failure) -> dict:
             out = {"target": f.target, "case": f.case, "seed": f.seed, "check": f.check, "status": f.status}

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
-import shlex
 import tempfile
 import time
 from collections import defaultdict
@@ -20,20 +18,9 @@ from dataclasses import asdict
 
 from tabulate import tabulate
 
+from .runinfo import repro_command, versions  # noqa: F401 - part of this module's API
+
 SCHEMA = "optimizer-oracle-report/1"
-
-
-def repro_command(result, device: str = "cpu") -> str:
-    if getattr(result, "repro", ""):
-        return result.repro
-    target = result.target
-    sel = f"--impl {shlex.quote(target[5:])}" if target.startswith("impl:") else f"--target {shlex.quote(target)}"
-    if result.case.startswith("scenario:"):
-        name = result.case.split(":", 1)[1].split("/")[0]
-        what = f"--scenario {name}"
-    else:
-        what = f"--case {shlex.quote(result.case)} --steps {result.steps} --scenario none"
-    return f"python -m oracle.compare {sel} --optimizer {result.optimizer} {what} --seed {result.seed} --device {device}"
 
 
 def _num(x):
@@ -180,23 +167,6 @@ def atomic_write(path: str, text: str) -> None:
         raise
 
 
-THIRD_PARTY = ("deepspeed", "bitsandbytes", "torchao", "apex", "transformer_engine")
-
-
-def versions() -> dict:
-    """Versions of what ran: read from the installed distributions, since the
-    libraries themselves are imported only inside the worker processes."""
-    from importlib import metadata
-
-    import numpy
-    import torch
-    out = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}
-    for dist in THIRD_PARTY:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 def write(report_dir: str, results, argv, complete: bool, device: str, extra: dict | None = None) -> dict:

@@ -56,7 +56,7 @@ class Entry:
 
     def target(self):
         if self.builtin:
-            from oracle.compare.targets import builtin_targets
+            from oracle.compare.registry import builtin_targets
             return next(t for t in builtin_targets() if t.name == self.builtin)
         from oracle.mutants import target_for
         return target_for(self.cls)

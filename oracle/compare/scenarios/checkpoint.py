@@ -119,7 +119,7 @@ def _compare_runs(res, at, label, opt, ref, detail):
 
 def _cross_source(target):
     """Another implementation writing the same checkpoint format, or None."""
-    from ..targets import torch_targets
+    from ..registry import torch_targets
     if not target.name.startswith("torch.") or target.convention.counter != "param":
         return None
     opt_name, path = target.name.split(".")[1:3]

@@ -23,7 +23,7 @@ def target_spec(target) -> str | None:
     """How a worker process finds the target again: a builtin name or an impl spec."""
     if target.name.startswith("impl:"):
         return target.name
-    from ..targets import builtin_targets
+    from ..registry import builtin_targets
     return target.name if any(t.name == target.name for t in builtin_targets()) else None
 
 

@@ -35,7 +35,7 @@ from .common import grad_values, tensor, values
 def find_target(spec: str, optimizer: str, convention):
     from dataclasses import replace
 
-    from ..targets import builtin_targets, load_impl
+    from ..registry import builtin_targets, load_impl
     if spec.startswith("impl:"):
         return load_impl(spec[5:], optimizer=optimizer, convention=convention)
     target = next(t for t in builtin_targets() if t.name == spec)

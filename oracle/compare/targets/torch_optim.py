@@ -9,7 +9,6 @@ import torch
 
 import oracle
 
-from ..optimizers import records
 from .base import Target, torch_make, torch_scaled_step
 
 # Deviations torch makes by design (scenario checks; oracle.compare.scenarios.common.finish).
@@ -42,9 +41,10 @@ def accepted_options(cls, optimizer: str) -> frozenset:
     return frozenset(o for o in oracle.SPECS[optimizer].options if o in params)
 
 
-def torch_targets() -> list[Target]:
+def torch_targets(records: dict) -> list[Target]:
+    """records: optimizer name -> its comparison record (oracle.compare.optimizers)."""
     out = []
-    for name, rec in records().items():
+    for name, rec in records.items():
         if rec.torch_class is None:
             continue
         cls = torch_class(rec.torch_class)

@@ -1,5 +1,7 @@
 """Every target the engine knows, found by name: one place, used by the CLI,
-the worker processes, the scenarios and the kill matrix alike.
+the worker processes, the scenarios and the kill matrix alike. It sits above
+both the targets (one module per library) and the optimizers' comparison
+records, which may bring targets of their own.
 
 Listing imports none of the third-party libraries: each library's targets
 skip themselves, with the reason, when the library or the device is missing.
@@ -8,23 +10,23 @@ from __future__ import annotations
 
 import fnmatch
 
-from .base import Target
-from .user import load_impl
+from .optimizers import records
+from .targets.base import Target
+from .targets.user import load_impl
 
 
 def builtin_targets() -> list[Target]:
     """torch's paths and our fused kernels: always listed, usable on CPU."""
-    from .fused import fused_targets
-    from .torch_optim import torch_targets
-    return torch_targets() + fused_targets()
+    from .targets.fused import fused_targets
+    from .targets.torch_optim import torch_targets
+    return torch_targets(records()) + fused_targets()
 
 
 def every_target() -> list[Target]:
     """Built-in targets, third-party libraries', and those an optimizer's record brings."""
-    from ..optimizers import records
-    from .deepspeed import deepspeed_targets
-    from .extra import extra_targets
-    from .gpu import gpu_targets
+    from .targets.deepspeed import deepspeed_targets
+    from .targets.extra import extra_targets
+    from .targets.gpu import gpu_targets
     own = [t for rec in records().values() if rec.extra_targets for t in rec.extra_targets()]
     return builtin_targets() + deepspeed_targets() + extra_targets() + gpu_targets() + own
 
@@ -46,4 +48,12 @@ def select(patterns: list[str], optimizers: list[str], explicit: bool) -> list[T
             and any(fnmatch.fnmatch(t.name, p) for p in patterns) and (t.in_default or explicit)]
 
 
-__all__ = ["builtin_targets", "every_target", "find", "select"]
+
+
+def torch_targets() -> list[Target]:
+    """torch.optim's forloop / foreach / fused paths for every record naming a torch class."""
+    from .targets.torch_optim import torch_targets as make
+    return make(records())
+
+
+__all__ = ["builtin_targets", "every_target", "find", "load_impl", "select", "torch_targets"]

@@ -1,0 +1,38 @@
+"""What a report row needs to be reproduced: the command that reproduces it
+and the versions of what ran (kept apart from report.py so that the known
+findings can use them without importing the report writer)."""
+from __future__ import annotations
+
+import platform
+import shlex
+
+THIRD_PARTY = ("deepspeed", "bitsandbytes", "torchao", "apex", "transformer_engine")
+
+
+def repro_command(result, device: str = "cpu") -> str:
+    if getattr(result, "repro", ""):
+        return result.repro
+    target = result.target
+    sel = f"--impl {shlex.quote(target[5:])}" if target.startswith("impl:") else f"--target {shlex.quote(target)}"
+    if result.case.startswith("scenario:"):
+        name = result.case.split(":", 1)[1].split("/")[0]
+        what = f"--scenario {name} --case {shlex.quote(result.case)}"
+    else:
+        what = f"--case {shlex.quote(result.case)} --steps {result.steps} --scenario none"
+    return f"python -m oracle.compare {sel} --optimizer {result.optimizer} {what} --seed {result.seed} --device {device}"
+
+
+def versions() -> dict:
+    """Versions of what ran: read from the installed distributions, since the
+    libraries themselves are imported only inside the worker processes."""
+    from importlib import metadata
+
+    import numpy
+    import torch
+    out = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}
+    for dist in THIRD_PARTY:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out

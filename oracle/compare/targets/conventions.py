@@ -1,0 +1,50 @@
+"""Every named convention preset, by library: the finite set of conventions
+real implementations are known to follow (what inference chooses among, and
+what a report can name). Each preset is defined where its evidence is: the
+specification's own presets in oracle/<optimizer>.py, a library's in its
+target module here.
+"""
+from __future__ import annotations
+
+
+def catalog() -> dict[str, tuple[str, object]]:
+    """preset name -> (oracle optimizer, convention)."""
+    from oracle import adagrad, adam, lamb, lion, sgd
+
+    from . import deepspeed, extra, gpu
+    return {
+        "torch.adam": ("adam", adam.TORCH_ADAM),
+        "torch.adamw": ("adamw", adam.TORCH_ADAMW),
+        "apex.adamw": ("adamw", adam.APEX_ADAMW),
+        "apex.adam": ("adam", gpu.APEX_ADAM),
+        "deepspeed.cpu_adam.adamw": ("adamw", deepspeed.DS_CPU_ADAMW),
+        "deepspeed.cpu_adam.adam": ("adam", deepspeed.DS_CPU_ADAM),
+        "deepspeed.cuda.adamw": ("adamw", gpu.DS_CUDA_ADAMW),
+        "deepspeed.cuda.adam": ("adam", gpu.DS_CUDA_ADAM),
+        "bitsandbytes.adam": ("adam", extra.BNB_ADAM),
+        "torchao.adamw": ("adamw", extra.TORCHAO_ADAMW),
+        "torch.adagrad": ("adagrad", adagrad.TORCH_ADAGRAD),
+        "optax.adagrad": ("adagrad", adagrad.OPTAX_ADAGRAD),
+        "deepspeed.cpu_adagrad": ("adagrad", adagrad.DEEPSPEED_ADAGRAD),
+        "apex.adagrad": ("adagrad", gpu.APEX_ADAGRAD),
+        "apex.adagrad_w": ("adagrad", gpu.APEX_ADAGRAD_W),
+        "bitsandbytes.adagrad": ("adagrad", extra.BNB_ADAGRAD),
+        "apex.lamb": ("lamb", lamb.APEX_LAMB),
+        "nvlamb": ("lamb", lamb.NVLAMB),
+        "paper.lamb": ("lamb", lamb.PAPER_LAMB),
+        "deepspeed.lamb": ("lamb", lamb.DEEPSPEED_LAMB),
+        "torch.sgd": ("sgd", sgd.TORCH_SGD),
+        "zero_buffer.sgd": ("sgd", sgd.ZERO_BUFFER_SGD),
+        "decoupled.sgd": ("sgd", sgd.DECOUPLED_SGD),
+        "reference.lion": ("lion", lion.REFERENCE_LION),
+        "copysign.lion": ("lion", lion.COPYSIGN_LION),
+        "deepspeed.cpu_lion": ("lion", lion.DEEPSPEED_LION),
+    }
+
+
+def named(optimizer: str, convention) -> str | None:
+    """The preset's name for a convention, if it is one."""
+    return next((name for name, (opt, conv) in catalog().items() if opt == optimizer and conv == convention), None)
+
+
+__all__ = ["catalog", "named"]
