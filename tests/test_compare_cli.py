@@ -54,7 +54,7 @@ def test_default_run_passes_on_torch_paths(tmp_path):
     code, doc = run(tmp_path, "--optimizer", "adamw", "--optimizer", "adam", "--optimizer", "adagrad",
                     "--target", "torch.*")
     assert code == 0, [(r["target"], r["case"]) for r in failing(doc)][:5]
-    assert doc["complete"] and doc["schema"] == "optimizer-oracle-report/1"
+    assert doc["complete"] and doc["schema"] == "optimizer-oracle-report/2"
 
 
 def test_a_run_that_can_check_nothing_is_refused(tmp_path, capsys):
