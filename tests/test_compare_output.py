@@ -93,7 +93,7 @@ def test_skipped_targets_are_one_line_after_the_table(tmp_path, capsys):
     assert line == ("Skipped 2 target(s), unavailable here: torch.adamw.foreach_capturable, "
                     "torch.adamw.fused_capturable (does not run on cpu)")
     assert out.count("does not run on cpu") == 1  # not also as rows of a table
-    assert "1 jobs -> 1 result rows: 1 passed" in out and "2 target(s) skipped as a whole" in out
+    assert "1 job -> 1 result row: 1 passed" in out and "2 target(s) skipped as a whole" in out
 
 
 def test_verbose_and_quiet(tmp_path, capsys):
@@ -104,7 +104,7 @@ def test_verbose_and_quiet(tmp_path, capsys):
     assert "worst err / bound (ULP)" in cap.out
     assert run(tmp_path, *args, "-q") == 0
     cap = capsys.readouterr()
-    assert cap.err == "" and "worst err / bound" not in cap.out and "1 jobs -> 1 result rows" in cap.out
+    assert cap.err == "" and "worst err / bound" not in cap.out and "1 job -> 1 result row" in cap.out
 
 
 def test_progress_bar_with_eta_on_a_terminal():

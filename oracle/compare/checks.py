@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oracle.storage import FORMATS, canonical, quantum, scaled_ulps
+from oracle.storage import FORMATS, canonical, quantum
 
 # An implementation may evaluate the specification's expression in another,
 # algebraically equal order (torch's lerp for m, lr/bc1 folded into one
@@ -23,6 +23,7 @@ REORDER_FACTOR = 2.0
 # Per-element errors of the worst step, counted in ULP bins (report.html's histogram): exactly 0,
 # (0, 2^-8), then one bin per power of two [2^k, 2^(k+1)) up to [2^24, inf) (inf/NaN included).
 HIST_EDGES = (0.0, *(2.0 ** k for k in range(-8, 25)))
+_EDGES = np.array(HIST_EDGES)
 
 
 @dataclass
@@ -78,13 +79,11 @@ class CheckResult:
             worst = self.worst_step()
             self.histogram = {k: v for k, v in self.histogram.items() if k == worst}
             self.histogram[step] = [0] * (len(HIST_EDGES) + 1)
-        counts = self.histogram[step]
         errors = np.asarray(errors_ulps, dtype=np.float64).ravel()
-        counts[0] += int(np.sum(errors == 0))
-        nonzero = errors[errors != 0]
-        bins = np.searchsorted(HIST_EDGES, np.where(np.isnan(nonzero), np.inf, nonzero), side="right")
-        for b, n in zip(*np.unique(bins, return_counts=True)):
-            counts[int(b)] += int(n)
+        bins = np.searchsorted(_EDGES, np.where(np.isnan(errors), np.inf, errors), side="right")
+        bins[errors == 0] = 0
+        added = np.bincount(bins, minlength=len(HIST_EDGES) + 1)
+        self.histogram[step] = [a + int(b) for a, b in zip(self.histogram[step], added)]
 
     def merge_measures(self, other: "CheckResult", step_offset: int = 0) -> None:
         """Take another CheckResult's worst element, series and histogram (scenarios merging ranks)."""
@@ -136,12 +135,14 @@ def compare_tensor(result: CheckResult, step, tensor: str, expected, got, old, t
     flat = int(np.argmax(ratio))
     idx = np.unravel_index(flat, expected.shape)
     worst = float(ratio[idx])
-    scale = np.maximum(np.abs(old), np.abs(expected))
-    err_ulps = float(scaled_ulps(got[idx], expected[idx], scale[idx], storage))
-    bound_ulps = float(tol[idx] / quantum(scale[idx], storage))
+    q = quantum(np.maximum(np.abs(old), np.abs(expected)), storage)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        errors = np.where(same, 0.0, diff / q)  # = scaled_ulps, for every element at once
+    errors = np.where(np.isnan(errors), np.inf, errors)
+    err_ulps, bound_ulps = float(errors[idx]), float(tol[idx] / q[idx])
     if worst >= result.worst_ratio:
         result.worst_ratio, result.worst_error, result.worst_bound = worst, err_ulps, bound_ulps
-    result.record(step, worst, err_ulps, bound_ulps, scaled_ulps(got, expected, scale, storage)[~unbounded])
+    result.record(step, worst, err_ulps, bound_ulps, errors[~unbounded])
     if worst > 1.0:
         result.fail(Finding(
             result.check, step, tensor, tuple(int(i) for i in idx), float(expected[idx]), float(got[idx]),

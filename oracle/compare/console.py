@@ -119,11 +119,16 @@ def failure_lines(results, judge, device: str, limit: int | None, report_path: s
     return out
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def counts_line(jobs_done: int, jobs_total: int, results, seconds: float, judge, report_path: str) -> str:
     c = Counter(r.status for r in results if r.case != "(all cases)")
     targets_skipped = sum(r.case == "(all cases)" for r in results)
-    jobs = f"{jobs_done} jobs" if jobs_done == jobs_total else f"{jobs_done} of {jobs_total} jobs"
-    return (f"\n{jobs} -> {sum(c.values())} result rows: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, "
+    jobs = plural(jobs_total, "job") if jobs_done == jobs_total else f"{jobs_done} of {plural(jobs_total, 'job')}"
+    return (f"\n{jobs} -> {plural(sum(c.values()), 'result row')}: {c['pass']} passed, {c['fail']} failed, "
+            f"{plural(c['error'], 'error')}, "
             f"{c['skip']} skipped in {seconds:.1f}s{judge.counts_text()}"
             + (f"; {targets_skipped} target(s) skipped as a whole" if targets_skipped else "")
             + f"; report: {report_path}")

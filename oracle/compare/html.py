@@ -91,7 +91,7 @@ class Cell:
 
 
 def failure_marks(doc: dict) -> dict:
-    """(target, case, seed, check) -> "N" or "K" from the known section; None when not judged."""
+    """(target, case, seed, check) -> "N" or "K" from the known section; empty when not judged."""
     known = doc.get("known")
     if not known:
         return {}
@@ -108,8 +108,7 @@ def grid(doc: dict, anchors: dict) -> tuple[list, dict]:
     """(columns [(group, name)], {target: {column: Cell}}) over the rows that ran or were skipped."""
     cells = defaultdict(lambda: defaultdict(Cell))
     cols = set()
-    marks = failure_marks(doc)
-    judged = bool(doc.get("known"))
+    marks = failure_marks(doc)  # empty when the run was not judged against known findings: no marks
     for r in doc["results"]:
         if r["case"] == "(all cases)":
             continue
@@ -133,7 +132,7 @@ def grid(doc: dict, anchors: dict) -> tuple[list, dict]:
             if n == "error":
                 c.errors += 1
                 c.first = c.first or anchors.get(id(r))
-                c.marks.add(marks.get((r["target"], r["case"], r["seed"], n), "N" if not judged else ""))
+                c.marks.add(marks.get((r["target"], r["case"], r["seed"], n), ""))
                 continue
             ratio = _float(chk.get("worst_ratio"))
             if ratio is not None and chk.get("compared") and _float(chk.get("worst_bound_ulps")):
@@ -143,7 +142,7 @@ def grid(doc: dict, anchors: dict) -> tuple[list, dict]:
             else:
                 c.failed += 1
                 c.first = c.first or anchors.get(id(r))
-                c.marks.add(marks.get((r["target"], r["case"], r["seed"], n), "" if judged else "N"))
+                c.marks.add(marks.get((r["target"], r["case"], r["seed"], n), ""))
     known = doc.get("known") or {}
     for e in known.get("entries", []):
         if e["status"] != "fixed":

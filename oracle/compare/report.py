@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import platform
 import shlex
 import tempfile
@@ -187,9 +188,19 @@ def document(results, argv, complete: bool, device: str, extra: dict | None = No
             "results": [result_dict(r, device) for r in results]}
 
 
+_SCALAR = r'(?:-?\d[\d.eE+-]*|null|true|false|"-?inf"|"nan")'
+_NUMBER_LIST = re.compile(r"\[\n\s*(" + _SCALAR + r"(?:,\n\s*" + _SCALAR + r")*)\n\s*\]")
+
+
+def dumps(doc: dict) -> str:
+    """Strict JSON, one key per line, but a list of numbers on one line (series, indices, bins)."""
+    text = json.dumps(doc, indent=1, allow_nan=False)
+    return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
+
+
 def render(doc: dict, html: bool = True) -> dict:
     """{file name: text} of a report document: report.json, report.md and report.html."""
-    files = {"report.json": json.dumps(doc, indent=1, allow_nan=False) + "\n", "report.md": markdown(doc)}
+    files = {"report.json": dumps(doc), "report.md": markdown(doc)}
     if html:
         from .html import render as render_html
         files["report.html"] = render_html(doc)
