@@ -216,7 +216,7 @@ def _svg(fig, prefix: str) -> str:
     nobody references dropped, metadata, comments and indentation removed, attribute numbers
     rounded to 2 decimals (text content is left alone)."""
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
     text = text[text.index("<svg"):]
     text = re.sub(r"<metadata>.*?</metadata>|<!--.*?-->", "", text, flags=re.S)
@@ -244,12 +244,22 @@ def _figure(width=4.6, height=2.5):
     matplotlib.rcParams["svg.fonttype"] = "none"   # text as text: smaller, selectable
     matplotlib.rcParams["svg.hashsalt"] = "oracle"  # deterministic ids
     fig = Figure(figsize=(width, height))
+    # a fixed layout and plain tick labels: one drawing pass, no mathtext (automatic layouts draw twice)
+    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.22, top=0.84)
     return fig, fig.add_subplot()
 
 
+def _tick(v, _pos=None) -> str:
+    """A log axis label, short: 0.01, 1, 1000, 1e5."""
+    if v <= 0 or not math.isfinite(v):
+        return ""
+    return f"{v:g}" if 1e-3 <= v < 1e4 else f"1e{round(math.log10(v))}"
+
+
 def _no_minor_ticks(ax) -> None:
-    from matplotlib.ticker import NullLocator
+    from matplotlib.ticker import FuncFormatter, NullLocator
     ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(_tick))
 
 
 def _positive(values):
@@ -273,16 +283,16 @@ def series_svg(row: dict, prefix: str) -> str | None:
     ax.set_yscale("log")
     _no_minor_ticks(ax)
     ax.set_xlabel("step")
-    ax.set_ylabel("ULPs (worst element)")
+    ax.set_ylabel("ULPs")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=6.5, ncol=2, frameon=False)
-    ax.set_title("error and bound versus step", fontsize=9)
+    ax.set_title("error and bound versus step\n(the worst element of each step)", fontsize=8)
     return _svg(fig, prefix)
 
 
 def _pow2(x: float) -> str:
     k = round(math.log2(x))
-    return f"{2 ** k:g}" if k >= 0 else f"1/{2 ** -k}"
+    return f"{2 ** k}" if 0 <= k <= 10 else f"2^{k}" if k > 10 else f"1/{2 ** -k}"
 
 
 def _bin_label(low, high) -> str:
@@ -300,7 +310,8 @@ def histogram_svg(row: dict, prefix: str) -> str | None:
     name, hist = next(((n, c["histogram"]) for n, c in checks if c.get("histogram")), (None, None))
     if hist is None:
         return None
-    fig, ax = _figure(4.0, 2.5)
+    fig, ax = _figure(4.0, 2.6)
+    fig.subplots_adjust(bottom=0.3)
     labels, counts = [], []
     for low, high, n in hist["bins"]:
         labels.append(_bin_label(low, high))
@@ -315,8 +326,8 @@ def histogram_svg(row: dict, prefix: str) -> str | None:
     ax.set_ylabel("elements")
     ax.set_yscale("log")
     _no_minor_ticks(ax)
-    ax.set_title(f"{name}: error per element (ULPs), step {hist['step']}"
-                 + (f"; bound at the worst element {bound:.3g}" if bound else ""), fontsize=8)
+    ax.set_title(f"{name}, step {hist['step']}: error per element (ULPs)"
+                 + (f"\nbound at the worst element: {bound:.3g} ULPs" if bound else ""), fontsize=8)
     return _svg(fig, prefix)
 
 
