@@ -9,7 +9,7 @@ order (Duchi et al. 2011; torch.optim.Adagrad's order of operations):
     h   <- h + g^2                             h starts at initial_accumulator_value
            h + (g + wd*p)^2                    decay="accumulator" (the decay enters the
                                                accumulator only, as DeepSpeedCPUAdagrad was
-                                               read in shared/reference/conventions.md; its
+                                               read in docs/conventions.md; its
                                                0.19.8 kernel is in fact "l2", see
                                                oracle/compare/targets/deepspeed.py)
     std <- sqrt(h) + eps                       eps_mode="outside"  (torch, apex, DeepSpeed)

@@ -44,7 +44,7 @@ def test_broken_optimizer_is_reported(tmp_path, name, case, check, tensor):
 
 
 def test_usage_errors_exit_2(tmp_path, capsys):
-    assert main(["--optimizer", "sgd", "--report-dir", str(tmp_path)]) == 2
+    assert main(["--optimizer", "no_such_optimizer", "--report-dir", str(tmp_path)]) == 2
     assert main(["--impl", "no_such_module:X", "--report-dir", str(tmp_path)]) == 2
     assert main(["--case", "no-such-case", "--report-dir", str(tmp_path)]) == 2
     assert "error:" in capsys.readouterr().err
@@ -54,7 +54,7 @@ def test_default_run_passes_on_torch_paths(tmp_path):
     code, doc = run(tmp_path, "--optimizer", "adamw", "--optimizer", "adam", "--optimizer", "adagrad",
                     "--target", "torch.*")
     assert code == 0, [(r["target"], r["case"]) for r in failing(doc)][:5]
-    assert doc["complete"] and doc["schema"] == "optimizer-oracle-report/1"
+    assert doc["complete"] and doc["schema"] == "optimizer-oracle-report/2"
 
 
 def test_a_run_that_can_check_nothing_is_refused(tmp_path, capsys):

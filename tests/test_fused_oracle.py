@@ -34,7 +34,7 @@ from fused.testing import as_f64, assert_ulps
 #   error: measured <= 3.9 (Adagrad L2, inexact inv_scale); budget 4.
 # - p: decay factor (rounded once from double), product, difference, and
 #   the update's own few roundings: measured <= 2.9; budget 4. (torch's
-#   fused AdamW measures <= 5.0 on the same scale, docs: conventions.md.)
+#   fused AdamW measures <= 5.0 on the same scale, measured on torch 2.13.)
 FP32_BUDGET = {"param": 4.0, "exp_avg": 3.0, "exp_avg_sq": 4.0, "sum": 4.0}
 # bf16 moments are computed in float32 and rounded once on store: 0.5 ULP of
 # bf16, plus the float32 error above, which is ~2^-16 of a bf16 ULP.

@@ -422,3 +422,13 @@ def test_nightly_workflow_fetches_the_previous_report_best_effort():
     assert "GPU_PREVIOUS_REPORT=" in fetch[0]["run"] and "GITHUB_ENV" in fetch[0]["run"]
     assert doc["permissions"].get("actions") == "read"
     assert "GPU_PREVIOUS_REPORT" in (ROOT / "tox.ini").read_text()
+
+
+def test_classify_intermittent_entry_is_never_fixed():
+    """An intermittent defect that did not show this run is 'not run', not 'fixed'; one that
+    showed is known as usual."""
+    e = entry(intermittent=True)
+    v = K.classify([result(c=True)], [e], V, "cpu")
+    assert v.ok and not v.fixed and [j.status for j in v.entries] == ["not run"]
+    v = K.classify([result(status="fail", c=False)], [e], V, "cpu")
+    assert v.ok and [j.status for j in v.entries] == ["known"]

@@ -32,6 +32,9 @@ def expected_failures(target_name, scenario):
         out.add("noncontiguous")
     if scenario == "construction" and target_name.startswith("torch.adagrad."):
         out.add("eager_init")
+    if target_name == "torch.sgd.fused":  # fused SGD: bf16 left unchanged, late first grad, skipped first step
+        out |= {"construction": {"first_step"}, "grad_scaling": {"found_inf"},
+                "irregular": {"grad_none"}}.get(scenario, set())
     return out
 
 
@@ -52,6 +55,11 @@ def test_torch_paths(target, scenario):
     assert r.case.startswith(f"scenario:{scenario}/") and r.target == target
     failed = {n for n, c in r.checks.items() if not c.passed}
     want = expected_failures(target, scenario)
+    if target == "torch.sgd.fused" and scenario == "checkpoint":
+        # intermittent (reports/known.toml): its bf16 path reads uninitialized memory, so a
+        # reload may or may not change the continuation on a given run
+        failed.discard("roundtrip")
+        r.status = "fail" if failed else "pass"
     if scenario == "grad_scaling" and not target.endswith(".fused"):
         assert r.status == "skip" and "scaling" in r.reason
         return
@@ -200,6 +208,6 @@ def test_results_go_into_the_report(tmp_path):
 
 def test_unavailable_target_is_skipped():
     gone = replace(TORCH["torch.adamw.forloop"], name="gone", requires=lambda device: "not here")
-    for sc in S.SCENARIOS.values():
+    for sc in (sc for sc in S.SCENARIOS.values() if sc.applies(gone)):
         r = sc.run(gone, "cpu", 0)
         assert r.status == "skip" and r.reason == "not here"

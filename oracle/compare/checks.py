@@ -12,13 +12,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oracle.storage import FORMATS, canonical, quantum, scaled_ulps
+from oracle.storage import FORMATS, canonical, quantum
 
 # An implementation may evaluate the specification's expression in another,
 # algebraically equal order (torch's lerp for m, lr/bc1 folded into one
 # scalar, sqrt(v)/sqrt(bc2) vs sqrt(v/bc2)): each reordering moves at most one
 # rounding per operation, which a factor of 2 on the first-order bound covers.
 REORDER_FACTOR = 2.0
+
+# Per-element errors of the worst step, counted in ULP bins (report.html's histogram): exactly 0,
+# (0, 2^-8), then one bin per power of two [2^k, 2^(k+1)) up to [2^24, inf) (inf/NaN included).
+HIST_EDGES = (0.0, *(2.0 ** k for k in range(-8, 25)))
+_EDGES = np.array(HIST_EDGES)
 
 
 @dataclass
@@ -48,11 +53,48 @@ class CheckResult:
     unbounded: int = 0          # elements whose result the compute precision does not determine
     findings: list = field(default_factory=list)
     note: str = ""
+    # step -> [worst ratio, its error ULPs, its bound ULPs] over that step's tensors (report.html plots)
+    series: dict = field(default_factory=dict)
+    # step -> element counts per HIST_EDGES bin (len(HIST_EDGES) + 1: the exact zeros first); only the
+    # worst step is kept (and the step being filled)
+    histogram: dict = field(default_factory=dict)
 
     def fail(self, finding: Finding, keep: int = 5) -> None:
         self.passed = False
         if len(self.findings) < keep:
             self.findings.append(finding)
+
+    def worst_step(self):
+        """The step whose worst element has the highest error/bound ratio (None before any)."""
+        return max(self.series, key=lambda k: self.series[k][0], default=None)
+
+    def record(self, step, ratio: float, error_ulps: float, bound_ulps: float, errors_ulps) -> None:
+        """One tensor compared at `step`: its worst element (ratio, error, bound) and every element's
+        error in ULPs (finite-bound elements only)."""
+        if step is None:
+            return
+        if step not in self.series or ratio > self.series[step][0]:
+            self.series[step] = [ratio, error_ulps, bound_ulps]
+        if step not in self.histogram:  # keep the worst step's counts and this one's only
+            worst = self.worst_step()
+            self.histogram = {k: v for k, v in self.histogram.items() if k == worst}
+            self.histogram[step] = [0] * (len(HIST_EDGES) + 1)
+        errors = np.asarray(errors_ulps, dtype=np.float64).ravel()
+        bins = np.searchsorted(_EDGES, np.where(np.isnan(errors), np.inf, errors), side="right")
+        bins[errors == 0] = 0
+        added = np.bincount(bins, minlength=len(HIST_EDGES) + 1)
+        self.histogram[step] = [a + int(b) for a, b in zip(self.histogram[step], added)]
+
+    def merge_measures(self, other: "CheckResult", step_offset: int = 0) -> None:
+        """Take another CheckResult's worst element, series and histogram (scenarios merging ranks)."""
+        if other.worst_ratio >= self.worst_ratio:
+            self.worst_ratio, self.worst_error, self.worst_bound = other.worst_ratio, other.worst_error, other.worst_bound
+        for k, v in other.series.items():
+            if k + step_offset not in self.series or v[0] > self.series[k + step_offset][0]:
+                self.series[k + step_offset] = list(v)
+        worst = self.worst_step()
+        self.histogram = {k + step_offset: v for k, v in other.histogram.items() if k + step_offset == worst} \
+            or {k: v for k, v in self.histogram.items() if k == worst}
 
 
 def coarser(storage: str, compute: str) -> bool:
@@ -93,16 +135,18 @@ def compare_tensor(result: CheckResult, step, tensor: str, expected, got, old, t
     flat = int(np.argmax(ratio))
     idx = np.unravel_index(flat, expected.shape)
     worst = float(ratio[idx])
-    scale = np.maximum(np.abs(old), np.abs(expected))
+    q = quantum(np.maximum(np.abs(old), np.abs(expected)), storage)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        errors = np.where(same, 0.0, diff / q)  # = scaled_ulps, for every element at once
+    errors = np.where(np.isnan(errors), np.inf, errors)
+    err_ulps, bound_ulps = float(errors[idx]), float(tol[idx] / q[idx])
     if worst >= result.worst_ratio:
-        result.worst_ratio = worst
-        result.worst_error = float(scaled_ulps(got[idx], expected[idx], scale[idx], storage))
-        result.worst_bound = float(tol[idx] / quantum(scale[idx], storage))
+        result.worst_ratio, result.worst_error, result.worst_bound = worst, err_ulps, bound_ulps
+    result.record(step, worst, err_ulps, bound_ulps, errors[~unbounded])
     if worst > 1.0:
         result.fail(Finding(
             result.check, step, tensor, tuple(int(i) for i in idx), float(expected[idx]), float(got[idx]),
-            float(scaled_ulps(got[idx], expected[idx], scale[idx], storage)),
-            float(tol[idx] / quantum(scale[idx], storage)),
+            err_ulps, bound_ulps,
             f"{int(np.sum(ratio > 1))} of {expected.size} elements out of bound"))
 
 

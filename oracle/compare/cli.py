@@ -1,5 +1,7 @@
 """`python -m oracle.compare`: run implementations against the oracle and report.
 `python -m oracle.compare diff OLD/report.json NEW/report.json`: what changed (oracle.compare.diff).
+`python -m oracle.compare render DIR`: rebuild report.md and report.html from DIR/report.json.
+The console script `oracle-compare` is the same command.
 
 Exit status: 0 every failure is a known defect (reports/known.toml, oracle.compare.known) and every
 applicable known entry still reproduces; 1 a new mismatch or crashed target, or a known entry that
@@ -25,8 +27,10 @@ class UsageError(Exception):
 def parser() -> argparse.ArgumentParser:
     from .optimizers import records
     p = argparse.ArgumentParser(
-        prog="python -m oracle.compare",
-        description="Compare optimizer implementations with the float64 oracle and write mismatch reports.")
+        prog=prog(),
+        description="Compare optimizer implementations with the float64 oracle and write mismatch reports "
+                    "(report.json, report.md, report.html). Subcommands: diff OLD NEW; render DIR.")
+    p.add_argument("--version", action="version", version=version_text())
     p.add_argument("--optimizer", action="append", metavar="NAME",
                    help=f"{', '.join(records())} or all (repeatable; default {DEFAULT_OPTIMIZER})")
     p.add_argument("--impl", action="append", default=[], metavar="MODULE:NAME",
@@ -47,8 +51,16 @@ def parser() -> argparse.ArgumentParser:
                         "case matrix; naming scenarios runs only those (add --case to keep matrix cases)")
     p.add_argument("--list", action="store_true", help="list the selected targets and cases, run nothing")
     p.add_argument("--report-dir", default=os.path.join("reports", "latest"),
-                   help="where report.md and report.json go (default reports/latest)")
-    p.add_argument("--quiet", action="store_true", help="no per-case progress lines")
+                   help="where report.json, report.md and report.html go, written as one unit with a manifest "
+                        "(default reports/latest); one run at a time per folder")
+    p.add_argument("--wait", action="store_true",
+                   help="if another run is writing into --report-dir, wait for it instead of refusing")
+    p.add_argument("--junit-xml", metavar="FILE", help="also write the run as JUnit XML (one testcase per case)")
+    p.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
+                   help="no progress and no summary table: the verdict, the counts and the failure lines only")
+    p.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
+                   help="a plain line per result row with every check's worst error and bound, skip reasons, "
+                        "and every failure line at the end")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds one case may run before its worker is killed and an error row recorded "
                         "(default 300)")
@@ -58,6 +70,21 @@ def parser() -> argparse.ArgumentParser:
                    help="known-findings file judging the run (default reports/known.toml); 'none': every failure "
                         "fails the run")
     return p
+
+
+def prog() -> str:
+    name = os.path.basename(sys.argv[0] or "")
+    return name if name == "oracle-compare" else "python -m oracle.compare"
+
+
+def version_text() -> str:
+    from importlib import metadata
+    try:
+        mine = metadata.version("optimizer-oracle")
+    except metadata.PackageNotFoundError:
+        mine = "unknown (not installed)"
+    from .report import SCHEMA
+    return f"optimizer-oracle {mine} (report schema {SCHEMA})"
 
 
 def select_targets(args, optimizers, explicit_optimizer: bool):
@@ -155,6 +182,9 @@ def main(argv=None) -> int:
     if argv and argv[0] == "diff":
         from .diff import main as diff_main
         return diff_main(argv[1:])
+    if argv and argv[0] == "render":
+        from .rerender import main as render_main
+        return render_main(argv[1:])
     from .known import Judge, KnownFileError
     try:
         args, optimizers = parse(argv)
@@ -177,36 +207,45 @@ def main(argv=None) -> int:
             print(f"{target.name}\t(skipped: {reason})")
         return EXIT_OK
     from . import report
+    from .console import Progress, job_label, outcome
     from .driver import rows
+    from .publish import ReportDirError, ReportLock
+    command = ["python", "-m", "oracle.compare", *argv]
+    try:  # one run per report folder, for the whole run (released when the process ends)
+        lock = ReportLock(args.report_dir, command, wait=args.wait,
+                          on_wait=lambda msg: print(msg, file=sys.stderr, flush=True)).acquire()
+    except ReportDirError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     print("\n".join(judge.header(sorted({t.name for t, _, _ in work}))), flush=True)
     results, complete, t0 = [skipped_target(t, r, args) for t, r in skipped], True, time.perf_counter()
+    progress = Progress(len(work), sys.stderr, args.verbosity)
     judge.export_env()
     try:
-        for n, ((target, case, seed), out) in enumerate(zip(work, execute(work, args)), 1):
-            for r in rows(out):
-                results.append(r)
-                if not args.quiet:
-                    print(f"[{n}/{len(work)}] {r.status:5s} {target.name} {r.case} seed={seed}"
-                          + (f"  ({r.reason})" if r.status in ("error",) else ""), file=sys.stderr, flush=True)
+        progress.start(job_label(work[0]))
+        for n, (job, out) in enumerate(zip(work, execute(work, args)), 1):
+            got = rows(out)
+            results += got
+            progress.advance(got, job_label(job), job_label(work[n]) if n < len(work) else "")
     except KeyboardInterrupt:
         complete = False
+        progress.close()
         print("interrupted: writing the cases finished so far (report marked incomplete)", file=sys.stderr)
     finally:
+        progress.close()
         judge.restore_env()
     known = judge.judge(results)
-    report.write(args.report_dir, results, ["python", "-m", "oracle.compare", *argv], complete, args.device,
-                 {"seconds": round(time.perf_counter() - t0, 2), "known": known})
-    print("\n".join(judge.lines()))
-    print(report.summary_table(report.summarize(results)))
-    bad = [r for r in results if r.status in ("fail", "error")]
-    print(f"\n{len(results)} cases, {sum(r.status == 'pass' for r in results)} passed, {len(bad)} failed, "
-          f"{sum(r.status == 'skip' for r in results)} skipped in {time.perf_counter() - t0:.1f}s"
-          f"{judge.counts_text()}; report: {os.path.join(args.report_dir, 'report.md')}")
-    for r in [r for r in bad if judge.is_new(r)][:10]:
-        first = next((f for c in r.checks.values() for f in c.findings), None)
-        where = f" step {first.step} {first.tensor}" if first else ""
-        print(f"  {'NEW ' if judge.active else ''}{r.status.upper()} {r.target} {r.case}:{where} {r.reason}\n    reproduce: "
-              f"{report.repro_command(r, args.device)}")
+    try:
+        doc = report.write(args.report_dir, results, command, complete, args.device,
+                           {"seconds": round(time.perf_counter() - t0, 2), "known": known}, lock=False)
+        if args.junit_xml:
+            from .junit import write as write_junit
+            write_junit(args.junit_xml, doc)
+    except KeyboardInterrupt:  # held while the report was published; it is whole
+        complete = False
+    finally:
+        lock.release()
+    print("\n".join(outcome(results, judge, args, progress.done, len(work), time.perf_counter() - t0)))
     if not complete:
         return EXIT_INTERRUPTED
     return EXIT_OK if judge.exit_ok(results) else EXIT_MISMATCH

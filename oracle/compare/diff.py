@@ -36,6 +36,10 @@ class DiffError(ValueError):
 def load_report(path: str) -> dict:
     if os.path.isdir(path):
         path = os.path.join(path, "report.json")
+    from .publish import verify
+    torn = verify(os.path.dirname(path) or ".")  # files beside manifest.json must be one run's
+    if torn:
+        raise DiffError(f"{path} is not one run's report: {'; '.join(torn)}")
     try:
         with open(path) as fh:
             doc = json.load(fh)

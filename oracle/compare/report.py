@@ -1,149 +1,130 @@
-"""Reports: a terminal summary, and markdown + JSON files written atomically.
+"""Reports: a terminal summary table, and report.json + report.md + report.html published as one unit
+(oracle.compare.publish).
 
-JSON schema "optimizer-oracle-report/1" (documented in docs/report-schema.md):
-top level {schema, created, complete, versions, argv, summary[], results[]};
-each result {target, case, optimizer, dtype, hparams, seed, steps, status,
-reason, seconds, repro, checks{name: {passed, compared, unbounded,
-worst_ratio, worst_error_ulps, worst_bound_ulps, power, note, findings[]}}}.
+report.json is the data (schema "optimizer-oracle-report/2", the JSON Schema in
+oracle/compare/report.schema.json, documented in docs/report-schema.md): top level {schema, created,
+complete, versions, argv, summary[], results[]}; each result {target, case, optimizer, dtype,
+hparams (one object per group), seed, steps, status, reason, seconds, repro, checks{name: {passed,
+compared, unbounded, worst_ratio, worst_error_ulps, worst_bound_ulps, power, note, findings[],
+series?, histogram?}}}. report.md and report.html are views of that document (`markdown(doc)`,
+oracle.compare.html.render(doc)), so both can be rebuilt from a report.json.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import asdict
 
-from tabulate import tabulate
+from .summary import (hazards, jsonable, measure, new_failure_rows, skip_reason, skipped_line,  # noqa: F401
+                      skipped_targets, summarize, summary_table, verdict_text)
 
 from .runinfo import repro_command, versions  # noqa: F401 - part of this module's API
 
-SCHEMA = "optimizer-oracle-report/1"
+SCHEMA = "optimizer-oracle-report/2"
+FILES = ("report.json", "report.md", "report.html")
+SERIES_POINTS = 64   # most points of a per-step series kept in report.json (the worst always among them)
 
 
-def _num(x):
-    if x is None or isinstance(x, (str, bool, int)):
-        return x
-    if isinstance(x, float):
-        return x if math.isfinite(x) else str(x)
-    if isinstance(x, (tuple, list)):
-        return [_num(v) for v in x]
-    return str(x)
+# --- JSON values ---------------------------------------------------------------------------------
+
+_num = jsonable  # the name oracle.mutants uses
+
+def _short(x: float, digits: int = 4):
+    """A finite float to `digits` significant digits (series and histograms: plotted, not compared)."""
+    x = float(x)
+    return float(f"{x:.{digits}g}") if math.isfinite(x) else str(x)
+
+
+def series_dict(c) -> dict | None:
+    """A check's per-step series, columnar ({step, ratio, error_ulps, bound_ulps}), thinned to
+    SERIES_POINTS evenly spaced steps (the worst step always kept)."""
+    series = getattr(c, "series", None)
+    if not series:
+        return None
+    steps = sorted(series)
+    if len(steps) > SERIES_POINTS:
+        worst = c.worst_step()
+        keep = {steps[round(i * (len(steps) - 1) / (SERIES_POINTS - 2))] for i in range(SERIES_POINTS - 1)}
+        steps = sorted(keep | {worst})
+    return {"step": steps, "ratio": [_short(series[k][0]) for k in steps],
+            "error_ulps": [_short(series[k][1]) for k in steps], "bound_ulps": [_short(series[k][2]) for k in steps]}
+
+
+def histogram_dict(c) -> dict | None:
+    """The worst step's per-element errors in ULPs: {step, bins: [[low, high, count], ...]} for the
+    non-empty bins of checks.HIST_EDGES ([0, 0] counts exact agreement; high null: unbounded above)."""
+    from .checks import HIST_EDGES
+    worst = c.worst_step() if getattr(c, "series", None) else None
+    counts = getattr(c, "histogram", {}).get(worst)
+    if not counts or not any(counts):
+        return None
+    edges = list(HIST_EDGES) + [None]
+    bins = [[0.0, 0.0, counts[0]]] if counts[0] else []
+    bins += [[edges[i - 1], edges[i], n] for i, n in enumerate(counts) if i and n]
+    return {"step": worst, "bins": bins}
+
+
+def check_dict(c, measures: bool = False) -> dict:
+    out = {"passed": c.passed, "compared": c.compared, "unbounded": c.unbounded,
+           "worst_ratio": _num(c.worst_ratio), "worst_error_ulps": _num(c.worst_error),
+           "worst_bound_ulps": _num(c.worst_bound), "power": _num(c.power), "note": c.note,
+           "findings": [{k: _num(v) for k, v in asdict(f).items()} for f in c.findings]}
+    if measures:  # per-step data for report.html's plots: failing rows only (report.json size)
+        for key, value in (("series", series_dict(c)), ("histogram", histogram_dict(c))):
+            if value is not None:
+                out[key] = value
+    return out
 
 
 def result_dict(result, device: str) -> dict:
-    checks = {}
-    for name, c in result.checks.items():
-        checks[name] = {
-            "passed": c.passed, "compared": c.compared, "unbounded": c.unbounded,
-            "worst_ratio": _num(c.worst_ratio), "worst_error_ulps": _num(c.worst_error),
-            "worst_bound_ulps": _num(c.worst_bound), "power": _num(c.power), "note": c.note,
-            "findings": [{k: _num(v) for k, v in asdict(f).items()} for f in c.findings]}
+    from .explain import reason
+    bad = result.status in ("fail", "error")
     return {"target": result.target, "case": result.case, "optimizer": result.optimizer, "dtype": result.dtype,
-            "hparams": _num([{k: _num(v) for k, v in hp.items()} for hp in result.hparams]),
-            "seed": result.seed, "steps": result.steps, "status": result.status, "reason": result.reason,
-            "seconds": round(result.seconds, 3), "repro": repro_command(result, device), "checks": checks}
+            "hparams": [_num(dict(hp)) for hp in result.hparams],
+            "seed": result.seed, "steps": result.steps, "status": result.status, "reason": reason(result),
+            "seconds": round(result.seconds, 3), "repro": repro_command(result, device),
+            "checks": {name: check_dict(c, measures=bad) for name, c in result.checks.items()}}
 
 
-def summarize(results) -> list[dict]:
-    """One row per target x optimizer x dtype."""
-    groups = defaultdict(list)
-    for r in results:
-        kind = "scenarios" if r.case.startswith("scenario:") else r.dtype or "-"
-        groups[(r.target, r.optimizer, kind)].append(r)
-    rows = []
-    for (target, opt, dtype), rs in groups.items():
-        count = lambda s: sum(r.status == s for r in rs)  # noqa: E731
-        ls = [r.checks["lockstep"] for r in rs if "lockstep" in r.checks]
-        worst = max(ls, key=lambda c: c.worst_ratio, default=None)
-        powers = sorted(c.power for c in ls if math.isfinite(c.power))
-        failed = sorted({n for r in rs for n, c in r.checks.items() if not c.passed})
-        rows.append({
-            "target": target, "optimizer": opt, "dtype": dtype, "pass": count("pass"), "fail": count("fail"),
-            "error": count("error"), "skip": count("skip"), "failed_checks": failed,
-            "worst_ratio": worst.worst_ratio if worst else None,
-            "worst_error_ulps": worst.worst_error if worst else None,
-            "worst_bound_ulps": worst.worst_bound if worst else None,
-            "median_power": powers[len(powers) // 2] if powers else None,
-            "skip_reason": next((r.reason for r in rs if r.status == "skip"), ""),
-        })
-    return rows
+MD_FAILURES = 40  # failure lines in report.md (all of them are in report.html and report.json)
 
 
-def _fmt(x, spec=".3g"):
-    return "" if x is None else format(x, spec) if isinstance(x, float) else str(x)
-
-
-def summary_table(rows, fmt: str = "simple") -> str:
-    table = [[r["target"], r["optimizer"], r["dtype"], r["pass"], r["fail"], r["error"], r["skip"],
-              f"{_fmt(r['worst_error_ulps'])} / {_fmt(r['worst_bound_ulps'])}" if r["worst_ratio"] is not None else "",
-              _fmt(r["median_power"], ".1e"), ", ".join(r["failed_checks"]) or (r["skip_reason"][:50] if r["skip"] and not r["pass"] else "")]
-             for r in rows]
-    head = ["target", "optimizer", "dtype", "pass", "fail", "error", "skip", "worst lockstep err / bound (ULP)",
-            "detection power", "failed checks / skip reason"]
-    return tabulate(table, head, tablefmt=fmt)
-
-
-def mismatch_rows(results, device: str):
-    for r in results:
-        if r.status not in ("fail", "error"):
-            continue
-        for name, c in r.checks.items():
-            if name == "error":
-                yield r, name, None
-            for f in c.findings:
-                yield r, name, f
-
-
-def markdown(results, rows, meta: dict, device: str) -> str:
-    out = ["# Optimizer oracle report\n", f"- created: {meta['created']}", f"- complete: {meta['complete']}",
-           f"- versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}",
-           f"- command: `{' '.join(meta['argv'])}`", "",
+def markdown(doc: dict) -> str:
+    """report.md from a report document: header, summary, new failures, hazards, known entries;
+    every finding, the plots, notes and tracebacks are in report.html."""
+    from .explain import failure_line, first_line
+    out = ["# Optimizer oracle report", "", f"- created: {doc['created']}", f"- complete: {doc['complete']}",
+           f"- versions: {', '.join(f'{k} {v}' for k, v in doc['versions'].items())}",
+           f"- command: `{' '.join(doc['argv'])}`", f"- result: {verdict_text(doc)}",
+           "- everything else (every finding, error and bound versus step, error histograms, notes, tracebacks): "
+           "[report.html](report.html); the data: `report.json`", "",
            "Errors are in ULPs of the storage dtype at the operand magnitude; detection power is the smallest "
            "relative error in an update that the lockstep check would catch (median over cases).", "",
-           "## Summary", "", summary_table(rows, "github"), ""]
-    if "known" in meta:  # the run was judged against known findings (oracle.compare.known)
-        from .known import markdown as known_markdown
-        out += known_markdown(meta["known"])
-    mism = list(mismatch_rows(results, device))
-    first = {}
-    for r, name, f in mism:
-        if f is not None and (r.target, name) not in first:
-            first[(r.target, name)] = (r, f)
-    if first:
-        out += ["## Where to start: the first finding of each target and check", "",
-                tabulate([[t, n, r.case, _fmt(f.step), f.tensor, _fmt(f.index), _fmt(f.expected, ".9g"),
-                           _fmt(f.got, ".9g"), _fmt(f.error_ulps), _fmt(f.bound_ulps), f"`{repro_command(r, device)}`"]
-                          for (t, n), (r, f) in first.items()],
-                         ["target", "check", "case", "step", "tensor", "index", "expected", "got", "error (ULP)",
-                          "bound (ULP)", "reproduce"], tablefmt="github"), ""]
-    out += ["## Mismatches", ""]
-    if not mism:
+           "## Summary", "", summary_table(doc["summary"], "github"), ""]
+    new = new_failure_rows(doc)
+    out += ["## New failures" if doc.get("known") else "## Failures (not judged against known findings)", ""]
+    if not new:
         out.append("None.")
-    else:
-        table = []
-        for r, name, f in mism:
-            if f is None:
-                table.append([r.target, r.case, "error", "", "", "", "", "", "", "", r.reason,
-                              f"`{repro_command(r, device)}`"])
-                continue
-            table.append([r.target, r.case, name, _fmt(f.step), f.tensor, _fmt(f.index), _fmt(f.expected, ".9g"),
-                          _fmt(f.got, ".9g"), _fmt(f.error_ulps), _fmt(f.bound_ulps), f.detail,
-                          f"`{repro_command(r, device)}`"])
-        out.append(tabulate(table, ["target", "case", "check", "step", "tensor", "index", "expected", "got",
-                                    "error (ULP)", "bound (ULP)", "detail", "reproduce"], tablefmt="github"))
-    noted = [r for r in results if r.status in ("pass", "fail") and r.reason]
-    if noted:
-        out += ["", "## Notes (declared deviations and known defects)", ""]
-        out += [f"- **{r.target}** `{r.case}` ({r.status}): {r.reason}" for r in noted]
-    errors = [r for r in results if r.status == "error"]
+    for r in new[:MD_FAILURES]:
+        out.append(f"- {failure_line(r)}  \n  reproduce: `{r['repro']}`")
+    if len(new) > MD_FAILURES:
+        out.append(f"- ... and {len(new) - MD_FAILURES} more (see [report.html](report.html))")
+    errors = [r for r in doc["results"] if r["status"] == "error"]
     if errors:
-        out += ["", "## Errors (the target raised or crashed; other cases went on)", ""]
-        for r in errors:
-            out += [f"### {r.target} {r.case}", "", "```", r.checks.get("error").note.strip() if "error" in r.checks
-                    else r.reason, "```", ""]
+        out += ["", "## Errors (the target raised or crashed; tracebacks in report.html)", ""]
+        out += [f"- {r['target']} `{r['case']}`: {first_line(r['reason'])}" for r in errors[:MD_FAILURES]]
+        if len(errors) > MD_FAILURES:
+            out.append(f"- ... and {len(errors) - MD_FAILURES} more (see [report.html](report.html))")
+    out += ["", "## Hazards", ""]
+    out += [f"- {h}" for h in hazards(doc)] or ["None."]
+    known = doc.get("known")
+    if known and known.get("entries"):
+        out += ["", "## Known findings", "", f"File `{known['file']}`, device {known['device']}.", ""]
+        out += [f"- `{e['id']}`: {e['status']} ({e['reason']}); {e['summary']}" for e in known["entries"]]
     return "\n".join(out) + "\n"
 
 
@@ -169,12 +150,43 @@ def atomic_write(path: str, text: str) -> None:
 
 
 
-def write(report_dir: str, results, argv, complete: bool, device: str, extra: dict | None = None) -> dict:
-    rows = summarize(results)
+def document(results, argv, complete: bool, device: str, extra: dict | None = None) -> dict:
+    """The report.json document of a run."""
     meta = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "complete": complete,
             "versions": versions(), "argv": list(argv), **(extra or {})}
-    doc = {**meta, "summary": [{k: _num(v) for k, v in r.items()} for r in rows],
-           "results": [result_dict(r, device) for r in results]}
-    atomic_write(os.path.join(report_dir, "report.json"), json.dumps(doc, indent=1, allow_nan=False))
-    atomic_write(os.path.join(report_dir, "report.md"), markdown(results, rows, meta, device))
+    return {**_num(meta), "summary": [_num(r) for r in summarize(results)],
+            "results": [result_dict(r, device) for r in results]}
+
+
+_SCALAR = r'(?:-?\d[\d.eE+-]*|null|true|false|"-?inf"|"nan")'
+_NUMBER_LIST = re.compile(r"\[\n\s*(" + _SCALAR + r"(?:,\n\s*" + _SCALAR + r")*)\n\s*\]")
+
+
+def dumps(doc: dict) -> str:
+    """Strict JSON, one key per line, but a list of numbers on one line (series, indices, bins)."""
+    text = json.dumps(doc, indent=1, allow_nan=False)
+    return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
+
+
+def render(doc: dict, html: bool = True) -> dict:
+    """{file name: text} of a report document: report.json, report.md and report.html."""
+    files = {"report.json": dumps(doc), "report.md": markdown(doc)}
+    if html:
+        from .html import render as render_html
+        files["report.html"] = render_html(doc)
+    return files
+
+
+def write(report_dir: str, results, argv, complete: bool, device: str, extra: dict | None = None,
+          lock: bool = True) -> dict:
+    """Write report.json, report.md and report.html into `report_dir` as one unit
+    (oracle.compare.publish); `lock=False` when the caller already holds the folder's ReportLock."""
+    from .publish import ReportLock, publish
+    doc = document(results, argv, complete, device, extra)
+    files = render(doc)
+    if lock:
+        with ReportLock(report_dir, argv):
+            publish(report_dir, files, meta={"report_schema": SCHEMA})
+    else:
+        publish(report_dir, files, meta={"report_schema": SCHEMA})
     return doc

@@ -9,6 +9,7 @@ from dataclasses import replace
 import torch
 
 from ..bitwise import compare_bits, state_bits
+from ..cases import SHORT
 from ..checks import CheckResult, Finding
 from ..lockstep import Lockstep
 from ..run import set_grads
@@ -60,7 +61,7 @@ def run_checkpoint(target, device="cpu", seed=0, dtypes=("float32", "bfloat16"))
     counters' device after load (CUDA only)."""
     t0 = time.perf_counter()
     hp = [dict((base_hparams(target.optimizer) or {})), {**(base_hparams(target.optimizer) or {}), "weight_decay": 0.0}]
-    result = new_result(target, "checkpoint", "+".join(d[:4] for d in dtypes), "float32", hp, seed,
+    result = new_result(target, "checkpoint", "+".join(SHORT.get(d, d) for d in dtypes), "float32", hp, seed,
                         CKPT_STEPS + CKPT_EXTRA)
     reason = unavailable(target, device)
     if reason:

@@ -63,7 +63,7 @@ def run_rank_skew(target, device="cpu", seed=0, worlds=RANK_SKEW_WORLDS, timeout
             for name, c in rank_checks.items():
                 merged = checks.setdefault(name, CheckResult(name))
                 merged.compared += c.compared
-                merged.worst_ratio = max(merged.worst_ratio, c.worst_ratio)
+                merged.merge_measures(c)  # worst ratio with its error and bound, per-step series
                 if c.note and rank == 0:
                     merged.note = (merged.note + " | " if merged.note else "") + f"world {world}: {c.note}"
                 for f in c.findings:

@@ -50,7 +50,12 @@ def load_impl(spec: str, optimizer: str | None = None, convention=None) -> Targe
     (oracle.compare.readback); the remaining conventions are the spec's for
     that optimizer unless the class declares `ORACLE_CONVENTION`.
     """
-    obj = resolve(spec)
+    return from_object(resolve(spec), spec, optimizer, convention)
+
+
+def from_object(obj, spec: str, optimizer: str | None = None, convention=None) -> Target:
+    """load_impl for an object in hand (oracle.testing): `spec` names it ('module:Name' where it is
+    importable, so the repro command works)."""
     opt = which_optimizer(spec, obj, optimizer)
     conv = convention or getattr(obj, "ORACLE_CONVENTION", None) or oracle.SPECS[opt].convention
     options = getattr(obj, "ORACLE_OPTIONS", None)
@@ -67,4 +72,4 @@ def load_impl(spec: str, optimizer: str | None = None, convention=None) -> Targe
                   notes=f"user optimizer {spec}")
 
 
-__all__ = ["load_impl", "resolve", "which_optimizer"]
+__all__ = ["from_object", "load_impl", "resolve", "which_optimizer"]

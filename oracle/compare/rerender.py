@@ -1,0 +1,44 @@
+"""`python -m oracle.compare render DIR [DIR ...]`: rebuild report.md and report.html from
+DIR/report.json (upgrading an older schema's document first), published as one unit with its
+manifest (oracle.compare.publish), under the folder's lock. Exit 0, or 2 when a folder holds no
+readable report."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def render_folder(folder: str, wait: bool = False) -> str:
+    from .publish import ReportLock, publish
+    from .report import SCHEMA, render
+    from .schema import upgrade
+    path = os.path.join(folder, "report.json")
+    with ReportLock(folder, ["python", "-m", "oracle.compare", "render", folder], wait=wait):
+        with open(path) as fh:
+            doc = json.load(fh)
+        was = doc.get("schema")
+        doc = upgrade(doc)
+        publish(folder, render(doc), meta={"report_schema": SCHEMA})
+    return f"{folder}: report.md, report.html" + (f" (report.json upgraded from {was})" if was != doc["schema"] else "")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m oracle.compare render",
+                                description="Rebuild report.md and report.html from report.json.")
+    p.add_argument("folders", nargs="+", metavar="DIR")
+    p.add_argument("--wait", action="store_true", help="wait for a run writing into a folder instead of refusing")
+    args = p.parse_args(argv)
+    from .publish import ReportDirError
+    code = 0
+    for folder in args.folders:
+        try:
+            print(render_folder(folder, args.wait))
+        except (OSError, ValueError, KeyError, ReportDirError) as exc:
+            print(f"error: {folder}: {exc}", file=sys.stderr)
+            code = 2
+    return code
+
+
+__all__ = ["main", "render_folder"]

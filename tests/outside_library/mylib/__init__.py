@@ -1,0 +1,1 @@
+"""An outside library's optimizers."""

@@ -1,0 +1,106 @@
+"""oracle.testing and the pytest plugin, used the way an outside library uses them: the suite in
+tests/outside_library/ (its own package `mylib`, its own pyproject, no conftest, no plugin import) is
+copied to a temporary folder and run by pytest in a subprocess; the plugin comes from the installed
+distribution's `pytest11` entry point."""
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import torch
+
+from oracle.testing import assert_optimizer_matches, case_names, oracle_cases
+
+HERE = Path(__file__).resolve().parent
+CASE = "adamw/fp32/wd0.1/single/normal"
+
+
+def test_a_correct_optimizer_passes():
+    results = assert_optimizer_matches(torch.optim.AdamW, optimizer="adamw", dtypes=["float32"], cases=[CASE])
+    assert [(r.case, r.status) for r in results] == [(CASE, "pass")]
+
+
+def test_a_broken_optimizer_raises_the_failure_line():
+    from tests.broken.adamw import OffByOneAdamW
+    with pytest.raises(AssertionError) as err:
+        assert_optimizer_matches(OffByOneAdamW, optimizer="adamw", dtypes="fp32", cases=CASE)
+    msg = str(err.value)
+    assert msg.startswith("1 of 1 oracle case(s) failed:\nFAIL impl:tests.broken.adamw:OffByOneAdamW "
+                          f"{CASE} seed=0: lockstep step 1 group 0 param 0 param[")
+    assert "ULP > bound" in msg and "expected " in msg and ", got " in msg
+    assert f"reproduce: python -m oracle.compare --impl tests.broken.adamw:OffByOneAdamW --optimizer adamw --case {CASE}" \
+        in msg
+
+
+def test_nothing_checked_is_not_a_pass():
+    with pytest.raises(AssertionError, match="nothing was checked: every selected case was skipped"):
+        assert_optimizer_matches(NoAmsgrad, optimizer="adamw", dtypes=["float32"], cases="adamw/fp32/amsgrad/*")
+
+
+class NoAmsgrad(torch.optim.AdamW):
+    """Takes no amsgrad argument: the amsgrad cases skip."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def test_a_factory_defined_in_a_function_gets_a_python_repro():
+    def factory(params, **kw):
+        from tests.broken.adamw import OffByOneAdamW
+        return OffByOneAdamW(params, **kw)
+    with pytest.raises(AssertionError) as err:
+        assert_optimizer_matches(factory, optimizer="adamw", dtypes=["float32"], cases=[CASE])
+    assert f"reproduce: oracle.testing.assert_optimizer_matches(test_a_factory_defined_in_a_function_gets_a_python_repro" \
+           f".<locals>.factory, optimizer='adamw', cases=['{CASE}'], seeds=[0], steps=20)" in str(err.value)
+
+
+def test_selection_errors_name_the_choices():
+    with pytest.raises(ValueError, match="unknown optimizer 'sdg'"):
+        case_names("sdg")
+    with pytest.raises(ValueError, match="no case 'adamw/fp32/nope'"):
+        case_names("adamw", ["float32"], ["adamw/fp32/nope"])
+    with pytest.raises(ValueError, match="which optimizer does"):
+        assert_optimizer_matches(torch.optim.AdamW, dtypes=["float32"], cases=[CASE])
+    ids = [c.id for c in oracle_cases("adamw", ["bf16"], "*/wd0.1/*", scenarios=["checkpoint"])]
+    assert ids[:1] == ["adamw/bf16/wd0.1/single/normal"] and ids[-1] == "scenario:checkpoint"
+
+
+def test_importing_the_api_and_the_plugin_imports_no_torch():
+    code = ("import sys, oracle.testing, oracle.pytest_plugin; "
+            "bad = [m for m in ('torch', 'oracle.compare.run') if m in sys.modules]; assert not bad, bad")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_an_outside_library_uses_the_plugin(tmp_path):
+    eps = [e for e in metadata.entry_points(group="pytest11") if e.value == "oracle.pytest_plugin"]
+    if not eps:
+        pytest.skip("optimizer-oracle is not installed (pip install -e .): no pytest11 entry point")
+    lib = tmp_path / "lib"
+    shutil.copytree(HERE / "outside_library", lib, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    xml = tmp_path / "junit.xml"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={xml}"],
+                         cwd=lib, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]  # test_sloppy.py fails by design
+    outcome = {}
+    for tc in ET.parse(xml).getroot().iter("testcase"):
+        state = "failed" if tc.find("failure") is not None else "skipped" if tc.find("skipped") is not None else \
+            "error" if tc.find("error") is not None else "passed"
+        outcome[f"{tc.get('classname').split('.')[-1]}::{tc.get('name')}"] = (state, tc)
+    cases = [f"test_my_adamw_case_by_case[{n}]" for n in case_names("adamw", ["float32", "bfloat16"], "*/wd0.1/*")]
+    want_pass = ["test_my_adamw_matches_the_oracle", "test_the_oracle_catches_a_bias_correction_a_step_ahead", *cases]
+    for name in want_pass:
+        assert outcome[f"test_adamw_matches_the_oracle::{name}"][0] == "passed", (name, out.stdout[-3000:])
+    state, tc = outcome["test_sloppy::test_sloppy_adamw_matches_the_oracle"]
+    assert state == "failed"
+    message = tc.find("failure").get("message")
+    assert f"FAIL impl:mylib.optim:SloppyAdamW {CASE} seed=0: lockstep step 1 group 0 param 0 param[" in message
+    assert "ULP > bound" in message
+    assert f"reproduce: python -m oracle.compare --impl mylib.optim:SloppyAdamW --optimizer adamw --case {CASE}" \
+        in out.stdout
+    assert len(outcome) == len(want_pass) + 1
