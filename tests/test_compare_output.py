@@ -178,7 +178,7 @@ def test_scenario_summary_rows_show_the_worst_bounded_check_not_zero():
 
 def test_checkpoint_scenario_names_its_dtypes_whole():
     from oracle.compare.scenarios import SCENARIOS
-    from oracle.compare.targets import find
+    from oracle.compare.registry import find
     r = SCENARIOS["checkpoint"].run(find("torch.adamw.forloop", "adamw"), "cpu", 0)
     assert r.case == "scenario:checkpoint/fp32+bf16", r.case
 
