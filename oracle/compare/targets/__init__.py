@@ -13,7 +13,7 @@ conventions every named convention preset, by library
 from .base import Target, with_counter
 from .registry import builtin_targets, every_target, find, select
 from .torch_optim import torch_targets
-from .user import load_impl
+from .user import load_impl, probe_import
 
-__all__ = ["Target", "builtin_targets", "every_target", "find", "load_impl", "select", "torch_targets",
+__all__ = ["Target", "builtin_targets", "every_target", "find", "load_impl", "probe_import", "select", "torch_targets",
            "with_counter"]

@@ -1,0 +1,3 @@
+"""Measured seconds per job, by (target, kind): the cost model of --shard (oracle.compare.shard)."""
+
+COSTS = {}
