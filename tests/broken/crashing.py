@@ -29,3 +29,15 @@ class RaisingAdamW(CorrectAdamW):
         if self.calls == 3:
             raise RuntimeError("kernel launch failed")
         return super().step(closure)
+
+
+class RankHangingAdamW(CorrectAdamW):
+    """Hangs in step() only inside rank processes (RANK is set): rank_skew's ranks outlive the case."""
+
+    def step(self, closure=None):
+        import os
+        import time
+        if "RANK" in os.environ:
+            while True:
+                time.sleep(0.1)
+        return super().step(closure)
