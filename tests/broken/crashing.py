@@ -41,3 +41,16 @@ class RankHangingAdamW(CorrectAdamW):
             while True:
                 time.sleep(0.1)
         return super().step(closure)
+
+
+class MemoryHogAdamW(CorrectAdamW):
+    """Grows its resident memory 64 MB at a time in step(), up to 3 GB, then waits."""
+
+    def step(self, closure=None):
+        import time
+        hoard = []
+        for _ in range(48):
+            hoard.append(bytearray(64 << 20))  # zero-filled: resident at once
+            time.sleep(0.05)
+        while True:
+            time.sleep(0.1)
