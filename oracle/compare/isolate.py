@@ -224,8 +224,10 @@ class Pool:
 
     def _wait(self, work) -> None:
         now = time.monotonic()
-        deadlines = [w.job[1] if w.job else w.started + self.startup_timeout for w in self.workers]
-        wake = min(deadlines, default=now + POLL_S) - now
+        # busy workers' job deadlines and starting workers' start-up deadlines (idle ones have none)
+        deadlines = [w.job[1] if w.job else w.started + self.startup_timeout
+                     for w in self.workers if w.job or not w.ready]
+        wake = min(deadlines, default=now + 60.0) - now
         if self.memory_limit_mb:
             wake = min(wake, POLL_S)
         waitables = {}
@@ -274,17 +276,17 @@ class Pool:
 
     def _check_limits(self, work) -> None:
         now = time.monotonic()
+        busy = [w.pid for w in self.workers if w.job is not None]
+        rss = procs.tree_rss_mb(busy) if self.memory_limit_mb and busy else {}
         for w in list(self.workers):
             if w.job is not None and now >= w.job[1]:
                 self._lost(w, f"timed out after {self.timeout:g} s (worker killed)", work)
             elif w.job is None and not w.ready and now >= w.started + self.startup_timeout:
                 self._retire(w)
                 raise RuntimeError(f"worker process did not start within {self.startup_timeout:g} s")
-            elif w.job is not None and self.memory_limit_mb:
-                rss = procs.tree_rss_mb(w.pid)
-                if rss > self.memory_limit_mb:
-                    self._lost(w, f"exceeded the memory limit of {self.memory_limit_mb:g} MB "
-                                  f"(resident {rss:.0f} MB; worker killed)", work)
+            elif w.job is not None and rss.get(w.pid, 0.0) > self.memory_limit_mb:
+                self._lost(w, f"exceeded the memory limit of {self.memory_limit_mb:g} MB "
+                              f"(resident {rss[w.pid]:.0f} MB; worker killed)", work)
 
     def close(self) -> None:
         for w in list(self.workers):

@@ -93,14 +93,14 @@ def sweep_stale_tmp() -> None:
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of `pid` and all its descendants, MiB (Linux /proc; 0 elsewhere)."""
+def tree_rss_mb(pids) -> dict[int, float]:
+    """Resident memory of each pid with all its descendants, MiB (one pass over Linux /proc; {} elsewhere)."""
     parents: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return 0.0
+        return {}
     page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
     for name in entries:
         if not name.isdigit():
@@ -111,15 +111,18 @@ def tree_rss_mb(pid: int) -> float:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2:].split()
-        # fields[0] is state (field 3); ppid is field 4, rss (pages) field 24
+        # fields[0] is the state (field 3 of stat); the ppid is field 4, rss (pages) field 24
         parents.setdefault(int(fields[1]), []).append(int(name))
         rss[int(name)] = int(fields[21])
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        total += rss.get(p, 0)
-        todo += parents.get(p, [])
-    return total * page / 2**20
+    out = {}
+    for pid in pids:
+        total, todo = 0, [pid]
+        while todo:
+            p = todo.pop()
+            total += rss.get(p, 0)
+            todo += parents.get(p, [])
+        out[pid] = total * page / 2**20
+    return out
 
 
 __all__ = ["die_with_parent", "kill_group", "make_tmp", "own_group", "remove_tmp", "sweep_stale_tmp",
