@@ -374,7 +374,9 @@ def merge_main(argv) -> int:
     judge.versions = {**judge.versions, **versions}  # judged as on the machines that ran it
     with deferred_sigint() as interrupted:
         known = judge.judge(results)
-        report.write(args.report_dir, results, run_argv, complete, run["device"], {"seconds": seconds, "known": known})
+        # the versions are the shards' (checked equal), not this machine's
+        report.write(args.report_dir, results, run_argv, complete, run["device"],
+                     {"versions": versions, "seconds": seconds, "known": known})
     print("\n".join(judge.lines()))
     print(report.summary_table(report.summarize(results)))
     bad = sum(r.status in ("fail", "error") for r in results)
