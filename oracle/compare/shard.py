@@ -6,7 +6,7 @@ report a single run of the same command would have written (same rows in the sam
 summary, known-findings verdict and exit status; only `created` and the timings differ).
 
 Assignment: each job (target, case or scenario, seed) costs the seconds the committed cost table
-(oracle.compare.costs, measured from real runs) gives its target and kind (`case:<dtype>` for a
+(oracle.compare.costs, measured from real runs: the mean per target and kind) gives its target and kind (`case:<dtype>` for a
 matrix case, `scenario:<name>` for a scenario); a target the table does not name costs the median
 of its kind, an unknown kind 1 s. Jobs are dealt heaviest first to the least loaded shard (ties: the
 job's name, then the lowest shard), so the split depends only on the selection and the table: every
@@ -226,7 +226,7 @@ def merge_docs(docs: list, report_dir: str | None):
 # --- the cost table --------------------------------------------------------------------------
 
 def measure(paths) -> dict:
-    """(target, kind) -> seconds per job, median over the rows of these reports."""
+    """(target, kind) -> seconds per job, the mean over these reports' rows (skipped cases count ~0 s)."""
     per = defaultdict(list)
     for path in paths:
         with open(os.path.join(path, "report.json") if os.path.isdir(path) else path) as fh:
@@ -242,7 +242,7 @@ def measure(paths) -> dict:
                 per[(r["target"], f"case:{r['dtype']}")].append(r["seconds"])
         for (target, kind, _), secs in jobs.items():
             per[(target, kind)].append(secs)
-    return {k: round(statistics.median(v), 3) for k, v in sorted(per.items()) if not math.isnan(statistics.median(v))}
+    return {k: round(statistics.fmean(v), 3) for k, v in sorted(per.items()) if not math.isnan(statistics.fmean(v))}
 
 
 def costs_module(table: dict, sources) -> str:
