@@ -284,7 +284,7 @@ class Pool:
             elif w.job is None and not w.ready and now >= w.started + self.startup_timeout:
                 self._retire(w)
                 raise RuntimeError(f"worker process did not start within {self.startup_timeout:g} s")
-            elif w.job is not None and rss.get(w.pid, 0.0) > self.memory_limit_mb:
+            elif w.job is not None and self.memory_limit_mb and rss.get(w.pid, 0.0) > self.memory_limit_mb:
                 self._lost(w, f"exceeded the memory limit of {self.memory_limit_mb:g} MB "
                               f"(resident {rss[w.pid]:.0f} MB; worker killed)", work)
 
