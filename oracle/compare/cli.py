@@ -320,6 +320,8 @@ def _main(argv) -> int:
             return EXIT_INTERRUPTED
         print("interrupted: writing the cases finished so far (report marked incomplete)", file=sys.stderr)
     finally:
+        if pool is not None:  # every worker's process group killed, its folder removed
+            pool.close()
         judge.restore_env()
     with deferred_sigint() as interrupted:
         return _finish(args, argv, judge, results, where, complete, t0, shard_meta, interrupted)
