@@ -17,7 +17,6 @@ and uses to restore the single-run order. Regenerate the table with
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import hashlib
 import json
