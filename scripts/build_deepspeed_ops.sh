@@ -6,9 +6,11 @@
 #   OPS=cpu_adam,cpu_adagrad scripts/build_deepspeed_ops.sh
 #   PYTHON=.venv/bin/python scripts/build_deepspeed_ops.sh
 #
-# Then export the printed TORCH_EXTENSIONS_DIR (the harness sets the same default
-# itself when the variable is unset). The ops are compiled with -march=native, so
-# the default directory is keyed by python/torch/deepspeed versions and SIMD level.
+# The default directory is the one cache CI (.ci/run), the main job and the tests
+# share (the harness picks the same folder itself when TORCH_EXTENSIONS_DIR is unset):
+# keyed by python/torch/deepspeed versions, SIMD level (-march=native) and where torch
+# and deepspeed are installed (torch's build file holds absolute paths, so another venv
+# would rebuild). Each op says whether it is cached or why it is built.
 # Timings on 2 cores (AVX-512): cpu_adam ~73 s, cpu_adagrad ~40 s, fused_adam ~116 s;
 # a cached load takes ~2 s (mostly importing deepspeed).
 set -euo pipefail
@@ -25,7 +27,8 @@ elif [[ -z "${TORCH_EXTENSIONS_DIR:-}" ]]; then
   export TORCH_EXTENSIONS_DIR
 fi
 mkdir -p "$TORCH_EXTENSIONS_DIR"
-echo "building DeepSpeed CPU ops into $TORCH_EXTENSIONS_DIR" >&2
+echo "DeepSpeed CPU ops: cache $TORCH_EXTENSIONS_DIR" >&2
+"$PY" -m oracle.compare.targets.deepspeed --print-key >&2
 start=$(date +%s)
 "$PY" -m oracle.compare.targets.deepspeed --build "$TORCH_EXTENSIONS_DIR" --ops "${OPS:-cpu_adam,cpu_adagrad,fused_adam}"
 echo "total $(( $(date +%s) - start )) s; export TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR" >&2

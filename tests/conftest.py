@@ -1,6 +1,20 @@
 """Shared fixtures. `outside_library/` is a library's own test suite run by test_pytest_plugin.py in
-a subprocess, as its authors would run it; it is not part of this suite."""
+a subprocess, as its authors would run it; it is not part of this suite.
+
+Suite-wide: no process a test started outlives the test session.
+
+At the end of the session (of each pytest-xdist worker, or of a plain run) every descendant of the
+pytest process must be gone within a grace period; what is left is killed and reported as an error
+of the session. multiprocessing's resource tracker (which lives until its parent exits) is exempt.
+Processes re-parented away from pytest are looked for by tests/test_hostile.py, which tags them.
+"""
+from __future__ import annotations
+
 import json
+import os
+import signal
+import sys
+import time
 
 import pytest
 
@@ -18,3 +32,53 @@ def failing_report(tmp_path_factory):
                  "--report-dir", str(folder), "--no-isolate", "--quiet"])
     assert code == 1
     return folder, json.loads((folder / "report.json").read_text())
+
+
+EXEMPT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def _descendants(root: int) -> dict[int, str]:
+    children: dict[int, list[int]] = {}
+    cmds: dict[int, str] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                stat = fh.read()
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if fields[0] == "Z":  # exited, waiting to be reaped
+            continue
+        children.setdefault(int(fields[1]), []).append(int(name))
+        cmds[int(name)] = cmd
+    out, todo = {}, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if not any(e in cmds.get(pid, "") for e in EXEMPT):
+            out[pid] = cmds.get(pid, "")
+        todo += children.get(pid, [])
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_survives(request):
+    yield
+    if not sys.platform.startswith("linux"):
+        return
+    config = request.config
+    if not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no":
+        return  # the pytest-xdist controller: its workers check their own
+    deadline = time.monotonic() + 15
+    while (left := _descendants(os.getpid())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, "processes started by the test session outlived it:\n" + "\n".join(
+        f"  {pid}: {cmd[:200]}" for pid, cmd in left.items())

@@ -105,7 +105,7 @@ def test_nightly_workflow_runs_tox_gpu_and_keeps_reports_on_failure():
     doc = load_workflow(WORKFLOWS / "nightly-gpu.yml")
     assert "schedule" in doc["on"] and doc["on"]["schedule"][0]["cron"]
     assert "workflow_dispatch" in doc["on"]
-    (job,) = doc["jobs"].values()
+    job = doc["jobs"]["gpu"]
     assert {"self-hosted", "gpu"} <= set(job["runs-on"])
     steps = job["steps"]
     tox = [i for i, s in enumerate(steps) if re.search(r"\btox -e gpu\b", s.get("run", ""))]
@@ -119,6 +119,40 @@ def test_nightly_workflow_runs_tox_gpu_and_keeps_reports_on_failure():
     assert job["env"]["GPU_REPORT_DIR"] == "reports/gpu"
     # No step may swallow the failure of tox -e gpu.
     assert not steps[tox[0]].get("continue-on-error")
+
+
+def test_nightly_cpu_sweep_is_sharded_over_a_matrix_and_merged():
+    jobs = load_workflow(WORKFLOWS / "nightly-gpu.yml")["jobs"]
+    sweep, merge = jobs["cpu-sweep"], jobs["cpu-sweep-merge"]
+    shards = sweep["strategy"]["matrix"]["shard"]
+    assert shards == list(range(1, len(shards) + 1)) and not sweep["strategy"]["fail-fast"]
+    [run] = [s["run"] for s in sweep["steps"] if "--shard" in s.get("run", "")]
+    assert f'--shard "${{{{ matrix.shard }}}}/{len(shards)}"' in run
+    assert merge["needs"] == "cpu-sweep" and merge["if"] == "always()"
+    assert any("-m oracle.compare merge shards/cpu-sweep-shard-*" in s.get("run", "") for s in merge["steps"])
+    [down] = [s for s in merge["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert down["with"]["pattern"] == "cpu-sweep-shard-*"
+
+
+def test_slurm_array_scripts_run_a_sharded_sweep(tmp_path):
+    # The job-array script for each task id, as Slurm would start it, then the merge script.
+    slurm = ROOT / "scripts" / "slurm"
+    for script in ("sweep.sbatch", "merge.sbatch"):
+        assert run([shellcheck_bin(), str(slurm / script)]).returncode == 0
+        assert "#SBATCH" in (slurm / script).read_text()
+    assert "#SBATCH --array=1-4" in (slurm / "sweep.sbatch").read_text()
+    env = {**os.environ, "SLURM_SUBMIT_DIR": str(ROOT), "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_CPUS_PER_TASK": "1",
+           "SWEEP_DIR": str(tmp_path / "sweep"), "PYTHON": sys.executable,
+           "SWEEP_ARGS": "--optimizer adamw --target torch.adamw.forloop --dtype fp32 --scenario none "
+                         "--case adamw/fp32/wd0.1/s* --quiet"}
+    for task in ("1", "2"):
+        out = run(["bash", str(slurm / "sweep.sbatch")], env={**env, "SLURM_ARRAY_TASK_ID": task}, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+    out = run(["bash", str(slurm / "merge.sbatch")], env=env, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads((tmp_path / "sweep" / "report.json").read_text())
+    assert [r["case"] for r in doc["results"]] == ["adamw/fp32/wd0.1/single/normal", "adamw/fp32/wd0.1/scalar/lr0"]
+    assert "--shard" not in doc["argv"]
 
 
 # --- tox.ini ---------------------------------------------------------------------------------

@@ -37,3 +37,14 @@ def test_exception_mid_step_is_reported_with_its_cause(tmp_path):
     assert code == 1 and row["status"] == "error"
     assert "RuntimeError: kernel launch failed" in row["reason"]
     assert "kernel launch failed" in row["checks"]["error"]["note"]
+
+
+def test_memory_limit_kills_the_worker_and_costs_one_row(tmp_path):
+    args = ["--optimizer", "adamw", "--case", CASE, "--timeout", "120", "--report-dir", str(tmp_path), "--quiet",
+            "--memory-limit", "1000", "--impl", "tests.broken.crashing:MemoryHogAdamW",
+            "--impl", "tests.broken.adamw:CorrectAdamW"]
+    assert main(args) == 1
+    rows = {r["target"].split(":")[-1]: r for r in json.loads((tmp_path / "report.json").read_text())["results"]}
+    assert rows["MemoryHogAdamW"]["status"] == "error"
+    assert "exceeded the memory limit of 1000 MB" in rows["MemoryHogAdamW"]["reason"]
+    assert rows["CorrectAdamW"]["status"] == "pass"

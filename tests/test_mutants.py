@@ -25,6 +25,9 @@ CONTROLS = [e for e in ENTRIES if not e.kind.endswith("mutant")]
 # turns into a failure, so the marker is removed with the fix.
 PENDING: dict = {}
 
+# the gate (a module fixture, two processes of its own) runs once, on one xdist worker
+pytestmark = pytest.mark.xdist_group("mutants")
+
 
 @pytest.fixture(scope="module")
 def gate():

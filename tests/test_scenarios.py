@@ -89,6 +89,7 @@ def test_correct_mutant_base_passes_everything():
 # --- each scenario catches its defect ------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ranks")  # real gloo processes on local ports: one at a time
 def test_rank_skew_passes_on_both_counter_conventions():
     for target in (TORCH["torch.adamw.fused"], TORCH["torch.adagrad.forloop"], mutant("GroupAdamW")):
         r = S.run_rank_skew(target, "cpu", 0)
@@ -97,6 +98,7 @@ def test_rank_skew_passes_on_both_counter_conventions():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ranks")  # real gloo processes on local ports: one at a time
 def test_rank_skew_catches_empty_group_without_counter():
     """TransformerEngine #1986: the empty no-decay group never gets a counter."""
     r = S.run_rank_skew(mutant("EmptyGroupNoCounter"), "cpu", 0)
@@ -114,6 +116,7 @@ def test_rank_skew_catches_empty_group_without_counter():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ranks")  # real gloo processes on local ports: one at a time
 def test_rank_skew_spawned_workers_find_the_target_by_name():
     """The CUDA path (fresh interpreters; the target is looked up by name)."""
     r = S.run_rank_skew(mutant("EmptyGroupNoCounter"), "cpu", 0, worlds=(2,), spawn=True)

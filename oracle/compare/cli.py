@@ -1,6 +1,7 @@
 """`python -m oracle.compare`: run implementations against the oracle and report.
 `python -m oracle.compare diff OLD/report.json NEW/report.json`: what changed (oracle.compare.diff).
 `python -m oracle.compare render DIR`: rebuild report.md and report.html from DIR/report.json.
+`python -m oracle.compare merge DIR...`: combine --shard K/N reports into one (oracle.compare.shard).
 The console script `oracle-compare` is the same command.
 
 Exit status: 0 every failure is a known defect (reports/known.toml, oracle.compare.known) and every
@@ -10,8 +11,14 @@ no longer reproduces; 2 usage error. With --known none: 0 all checks pass, 1 any
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
+import shutil
+import signal
 import sys
+import tempfile
+import threading
 import time
 
 from .driver import SCENARIO_PREFIX
@@ -66,6 +73,15 @@ def parser() -> argparse.ArgumentParser:
                         "(default 300)")
     p.add_argument("--no-isolate", dest="isolate", action="store_false",
                    help="run cases in this process (faster start; a crashing target then ends the sweep)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="worker processes running cases side by side, each single-threaded (default: the number "
+                        "of cores). Output, report and exit status are the same for any N")
+    p.add_argument("--memory-limit", type=float, metavar="MB",
+                   help="kill a worker whose resident memory (with its children) exceeds MB megabytes; its case "
+                        "becomes an error row (default: no limit)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="run the K-th of N deterministic parts of the selected cases (balanced by measured cost, "
+                        "the same split on every machine); combine with `python -m oracle.compare merge DIR...`")
     p.add_argument("--known", metavar="FILE|none",
                    help="known-findings file judging the run (default reports/known.toml); 'none': every failure "
                         "fails the run")
@@ -91,6 +107,9 @@ def select_targets(args, optimizers, explicit_optimizer: bool):
     from . import registry as T
     chosen = []
     for spec in args.impl:
+        problem = T.probe_import(spec, min(args.timeout, IMPORT_TIMEOUT))
+        if problem:
+            raise UsageError(problem)
         try:
             chosen.append(T.load_impl(spec, optimizer=optimizers[0] if explicit_optimizer and len(optimizers) == 1
                                       else None))
@@ -117,10 +136,23 @@ def parse(argv):
         raise UsageError(f"unknown optimizer {bad[0]!r}; choose from {', '.join(known)} or all"
                          + (" (the oracle specifies it, but it has no comparison record)" if bad[0] in oracle.SPECS
                             else ""))
-    if args.timeout <= 0:
-        raise UsageError("--timeout must be positive")
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
+    bad_seeds = [s for s in args.seed or [] if s < 0]
+    if bad_seeds:
+        raise UsageError(f"--seed must be a non-negative integer, got {bad_seeds[0]}")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.memory_limit is not None and not (math.isfinite(args.memory_limit) and args.memory_limit > 0):
+        raise UsageError(f"--memory-limit must be a positive number of megabytes, got {args.memory_limit:g}")
+    if args.shard is not None:
+        from .shard import ShardError, parse_shard
+        try:
+            args.shard = parse_shard(args.shard)
+        except ShardError as exc:
+            raise UsageError(str(exc)) from None
     if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
         raise UsageError(f"--device must be cpu or cuda, got {args.device!r}")
     args.explicit_optimizer = bool(args.optimizer) and "all" not in args.optimizer
@@ -167,14 +199,71 @@ def skipped_target(target, reason: str, args):
                       status="skip", reason=reason)
 
 
-def execute(work, args):
-    """CaseResults for the work list, in order; in a worker process unless --no-isolate."""
+IMPORT_TIMEOUT = 120.0  # an --impl module's trial import (capped by --timeout)
+REPORT_PROBE_BYTES = 1 << 20  # a report dir must take a write of this size before anything runs
+REPORT_MIN_FREE = 64 << 20    # and its disk must have this much room left
+
+
+def check_report_dir(path: str) -> None:
+    """Refuse a report dir the report could not be written to, before any case runs: a file, a place
+    that cannot be created or written (read-only, no permission), a full disk. Nothing in it changes."""
+    if not path:
+        raise UsageError("--report-dir is empty; name a folder (default reports/latest)")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--report-dir {path!r} exists and is not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--report-dir {path!r} cannot be created: {exc.strerror or exc}") from None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path, prefix=".write-probe-")
+    except OSError as exc:
+        raise UsageError(f"--report-dir {path!r} is not writable: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(b"\0" * REPORT_PROBE_BYTES)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise UsageError(f"--report-dir {path!r} is not writable: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    free = shutil.disk_usage(path).free
+    if free < REPORT_MIN_FREE:
+        raise UsageError(f"--report-dir {path!r}: its disk has {free / 2**20:.1f} MB free; a report needs up to "
+                         f"{REPORT_MIN_FREE >> 20} MB")
+
+
+def recorded_argv(argv) -> list:
+    """The command as the report records it: without --jobs and --shard, which change neither the
+    results nor their order (so reports of any --jobs, and merged shards, are the same bytes)."""
+    from .shard import strip_option
+    return ["python", "-m", "oracle.compare", *strip_option(strip_option(list(argv), "--jobs"), "--shard")]
+
+
+def execute(work, args, pool=None):
+    """CaseResults for the work list, in order; in worker processes unless --no-isolate."""
     if args.isolate:
         from .isolate import run_isolated
-        return run_isolated(work, args.device, args.timeout)
+        return run_isolated(work, args.device, args.timeout, pool=pool)
     from .driver import run_job
     return (run_job(target, case.name, seed, case.steps, args.device, getattr(case, "pattern", None))
             for target, case, seed in work)
+
+
+@contextlib.contextmanager
+def deferred_sigint():
+    """Ctrl-C is held back (and counted) while the report is written, so it is written whole."""
+    hits: list = []
+    if threading.current_thread() is not threading.main_thread():
+        yield hits
+        return
+    old = signal.signal(signal.SIGINT, lambda *_: hits.append(1))
+    try:
+        yield hits
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def main(argv=None) -> int:
@@ -185,9 +274,22 @@ def main(argv=None) -> int:
     if argv and argv[0] == "render":
         from .rerender import main as render_main
         return render_main(argv[1:])
+    if argv and argv[0] == "merge":
+        return merge_main(argv[1:])
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before any case ran (importing torch, planning): nothing to keep
+        print("interrupted before any case finished: no report written (the previous one is left as it was)",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv) -> int:
     from .known import Judge, KnownFileError
     try:
         args, optimizers = parse(argv)
+        if not args.list:
+            check_report_dir(args.report_dir)
         work, skipped = plan(args, optimizers)
         judge = Judge.from_option(args.known, args.device)
     except (UsageError, KnownFileError) as exc:
@@ -200,52 +302,129 @@ def main(argv=None) -> int:
         for target, reason in skipped:
             print(f"  {target.name}: {reason}", file=sys.stderr)
         return EXIT_USAGE
+    shard_meta, positions = None, list(range(len(work)))
+    if args.shard is not None:
+        from .shard import assign, selection_digest
+        k, n = args.shard
+        shard_meta = {"index": k, "count": n, "selection": selection_digest(work, skipped), "jobs": len(work),
+                      "device": args.device, "known": args.known}
+        owner = assign(work, n)
+        positions = [i for i in range(len(work)) if owner[i] == k - 1]
+        work = [work[i] for i in positions]
+        if k != 1:  # the rows of unavailable targets go with shard 1
+            skipped = []
     if args.list:
         for target, case, seed in work:
             print(f"{target.name}\t{case.name}\tseed={seed}")
         for target, reason in skipped:
             print(f"{target.name}\t(skipped: {reason})")
         return EXIT_OK
-    from . import report
-    from .console import Progress, job_label, outcome
+    from .console import Progress, job_label
     from .driver import rows
+    from .isolate import Pool, default_jobs
     from .publish import ReportDirError, ReportLock
-    command = ["python", "-m", "oracle.compare", *argv]
     try:  # one run per report folder, for the whole run (released when the process ends)
-        lock = ReportLock(args.report_dir, command, wait=args.wait,
+        lock = ReportLock(args.report_dir, ["python", "-m", "oracle.compare", *argv], wait=args.wait,
                           on_wait=lambda msg: print(msg, file=sys.stderr, flush=True)).acquire()
     except ReportDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print("\n".join(judge.header(sorted({t.name for t, _, _ in work}))), flush=True)
     results, complete, t0 = [skipped_target(t, r, args) for t, r in skipped], True, time.perf_counter()
+    where = [-1] * len(results)  # each row's job in the whole selection (skipped targets first)
+    pool = Pool(args.jobs or default_jobs(), args.timeout, args.memory_limit) if args.isolate else None
     progress = Progress(len(work), sys.stderr, args.verbosity)
+    finished = 0
     judge.export_env()
     try:
         progress.start(job_label(work[0]))
-        for n, (job, out) in enumerate(zip(work, execute(work, args)), 1):
+        for n, (job, out) in enumerate(zip(work, execute(work, args, pool)), 1):
+            finished = n
             got = rows(out)
             results += got
+            where += [positions[n - 1]] * len(got)
             progress.advance(got, job_label(job), job_label(work[n]) if n < len(work) else "")
     except KeyboardInterrupt:
         complete = False
         progress.close()
+        if pool is not None:  # jobs that finished out of order on other workers
+            for i in sorted(pool.results):
+                got = rows(pool.results[i])
+                results += got
+                where += [positions[i]] * len(got)
+                finished += 1
+        if not finished:
+            lock.release()
+            print("interrupted before any case finished: no report written (the previous one is left as it was)",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
         print("interrupted: writing the cases finished so far (report marked incomplete)", file=sys.stderr)
     finally:
         progress.close()
+        if pool is not None:  # every worker's process group killed, its folder removed
+            pool.close()
         judge.restore_env()
+    with deferred_sigint() as interrupted:
+        return _finish(args, argv, judge, results, where, complete, t0, shard_meta, interrupted, lock,
+                       progress.done, len(work))
+
+
+def _finish(args, argv, judge, results, row_jobs, complete, t0, shard_meta, interrupted, lock, done,
+            total) -> int:
+    from . import report
+    from .console import outcome
     known = judge.judge(results)
+    extra = {"seconds": round(time.perf_counter() - t0, 2), "known": known}
+    if shard_meta is not None:
+        extra["shard"] = {**shard_meta, "rows": row_jobs}
     try:
-        doc = report.write(args.report_dir, results, command, complete, args.device,
-                           {"seconds": round(time.perf_counter() - t0, 2), "known": known}, lock=False)
+        doc = report.write(args.report_dir, results, recorded_argv(argv), complete, args.device, extra, lock=False)
         if args.junit_xml:
             from .junit import write as write_junit
             write_junit(args.junit_xml, doc)
-    except KeyboardInterrupt:  # held while the report was published; it is whole
-        complete = False
     finally:
         lock.release()
-    print("\n".join(outcome(results, judge, args, progress.done, len(work), time.perf_counter() - t0)))
-    if not complete:
+    print("\n".join(outcome(results, judge, args, done, total, time.perf_counter() - t0)))
+    if interrupted:
+        print("interrupted while the report was written: it was finished first", file=sys.stderr)
+    if not complete or interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if judge.exit_ok(results) else EXIT_MISMATCH
+
+
+def merge_main(argv) -> int:
+    """`python -m oracle.compare merge DIR...`: the shard reports of one --shard K/N sweep, as one report
+    (oracle.compare.shard), judged and written as the single run would have been; the same exit status."""
+    from . import report
+    from .known import Judge, KnownFileError
+    from .shard import ShardError, load, merge_docs
+    p = argparse.ArgumentParser(prog="python -m oracle.compare merge",
+                                description="Combine the reports of a --shard K/N sweep into one report, as a "
+                                            "single run of the same command would have written it.")
+    p.add_argument("reports", nargs="+", metavar="DIR", help="shard report folders (or their report.json)")
+    p.add_argument("--report-dir", default=os.path.join("reports", "latest"),
+                   help="where the merged report.md and report.json go (default reports/latest)")
+    args = p.parse_args(argv)
+    try:
+        check_report_dir(args.report_dir)
+        results, run_argv, complete, run, seconds, versions = merge_docs([load(path) for path in args.reports],
+                                                                         args.report_dir)
+        judge = Judge.from_option(run["known"], run["device"])
+    except (ShardError, UsageError, KnownFileError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    judge.versions = {**judge.versions, **versions}  # judged as on the machines that ran it
+    with deferred_sigint() as interrupted:
+        known = judge.judge(results)
+        # the versions are the shards' (checked equal), not this machine's
+        report.write(args.report_dir, results, run_argv, complete, run["device"],
+                     {"versions": versions, "seconds": seconds, "known": known})
+    print("\n".join(judge.lines()))
+    print(report.summary_table(report.summarize(results)))
+    bad = sum(r.status in ("fail", "error") for r in results)
+    print(f"\nmerged {len(args.reports)} shards: {len(results)} cases, {sum(r.status == 'pass' for r in results)} "
+          f"passed, {bad} failed, {sum(r.status == 'skip' for r in results)} skipped{judge.counts_text()}; "
+          f"report: {os.path.join(args.report_dir, 'report.md')}")
+    if not complete or interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK if judge.exit_ok(results) else EXIT_MISMATCH

@@ -1,20 +1,45 @@
-"""Run cases in a worker process, so a target that segfaults or hangs costs
-one error row, not the sweep.
+"""Run jobs in a pool of warm worker processes, so a target that segfaults,
+hangs or eats memory costs one error row, not the sweep.
 
-One worker (started with "spawn": no forked OpenMP or CUDA state) runs the
-cases one at a time. If it dies, the current case is recorded as an error
-with the signal, and a fresh worker takes the remaining cases; if a case
-outlives its time limit the worker is killed the same way.
+`run_isolated(work, device, timeout, jobs=N)` starts up to N workers (with
+"spawn": no forked OpenMP or CUDA state). Each imports torch and the engine
+once and then runs job after job. Results come back in the order of the work
+list whatever N is, so the report and exit status do not depend on it.
+
+A worker leads a process group of its own and dies with the CLI
+(oracle.compare.procs). When its job outlives `timeout` seconds, or the
+resident memory of the worker and its children exceeds `memory_limit_mb`, the
+whole group is killed (SIGKILL) and the job gets one error row; a worker that
+dies by itself (a segfault) costs the same row. A fresh worker takes its
+place for the remaining jobs. On the way out (the end, an exception, Ctrl-C)
+every worker's group is killed and its private temporary folder removed.
+
+Each worker runs torch, OpenMP and BLAS with one thread (OMP_NUM_THREADS=1
+set before torch loads; torch.set_num_threads(1)): N single-threaded workers
+on N cores do not spin against each other. A target that asks for more
+(Target.threads) gets them for its own jobs.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import time
+from collections import deque
+from multiprocessing.connection import wait
 
-from .run import CaseResult
+from . import procs
 
 STARTUP_TIMEOUT = 120.0  # importing torch on a busy 2-core machine
+POLL_S = 0.5             # how often the memory of busy workers is read
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def resolve_target(name: str, optimizer: str):
@@ -29,26 +54,44 @@ def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern=
     return run(target, case_name, seed, steps, device, pattern)
 
 
-def _worker(conn) -> None:
+def _set_threads(n: int) -> None:
+    import torch
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
+def _worker(conn, parent_pid: int) -> None:
+    procs.own_group()
+    procs.die_with_parent(parent_pid)
     # Ctrl-C belongs to the parent: it writes the partial report and ends this worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    t0 = time.perf_counter()
+    import torch
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already fixed (something ran in parallel)
+        pass
     from . import run, scenarios  # noqa: F401 - imported before "ready" so limits time the work only
-    conn.send("ready")
+    conn.send(("ready", {"import_s": time.perf_counter() - t0, "pid": os.getpid()}))
     while True:
         job = conn.recv()
         if job is None:
             return
         name, optimizer, case_name, seed, steps, device, pattern = job
         try:
-            result = run_job(resolve_target(name, optimizer), case_name, seed, steps, device, pattern)
+            target = resolve_target(name, optimizer)
+            _set_threads(max(1, getattr(target, "threads", 1) or 1))
+            result = run_job(target, case_name, seed, steps, device, pattern)
         except Exception as exc:  # noqa: BLE001 - reported as the case's error row
             result = error_result(name, optimizer, case_name, seed, steps, f"{type(exc).__name__}: {exc}")
-        conn.send(result)
+        conn.send(("result", result))
 
 
-def error_result(target, optimizer, case_name, seed, steps, reason) -> CaseResult:
+def error_result(target, optimizer, case_name, seed, steps, reason):
     from . import cases as C
     from .checks import CheckResult
+    from .run import CaseResult
     try:
         case = C.find_case(case_name, steps)
         dtype, hparams = case.dtype, case.group_hparams()
@@ -59,67 +102,203 @@ def error_result(target, optimizer, case_name, seed, steps, reason) -> CaseResul
     return r
 
 
+class _PatchedEnv:
+    def __init__(self, values: dict):
+        self.values, self.saved = values, {}
+
+    def __enter__(self):
+        self.saved = {k: os.environ.get(k) for k in self.values}
+        os.environ.update(self.values)
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class Worker:
-    def __init__(self):
+    """One worker process; started without waiting for it (`ready` says when it is)."""
+
+    def __init__(self, index: int = 0):
+        self.tmp = procs.make_tmp(index)
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         # not a daemon: scenarios (rank_skew) start processes of their own; close() ends it
-        self.proc = ctx.Process(target=_worker, args=(child,), daemon=False)
-        self.proc.start()
+        self.proc = ctx.Process(target=_worker, args=(child, os.getpid()), daemon=False,
+                                name=f"oracle-worker-{index}")
+        self.started = time.monotonic()
+        with _PatchedEnv({**THREAD_ENV, "TMPDIR": self.tmp}):
+            self.proc.start()
         child.close()
-        if not self.conn.poll(STARTUP_TIMEOUT) or self.conn.recv() != "ready":
-            self.kill()
-            raise RuntimeError(f"worker process did not start within {STARTUP_TIMEOUT} s")
+        self.ready = False
+        self.info: dict = {}
+        self.job = None          # (work index, deadline) of the job it runs
+        self.dispatched = 0.0
 
-    def run(self, job, timeout: float) -> CaseResult | str:
-        """The job's result, or a string saying why there is none."""
-        self.conn.send(job)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.conn.poll(0.05):
-                try:
-                    return self.conn.recv()
-                except EOFError:  # the worker is going down: wait for its exit status
-                    self.proc.join(10)
-                    break
-            if not self.proc.is_alive():
-                break
-        if self.proc.is_alive():
-            self.kill()
-            return f"timed out after {timeout:g} s (worker killed)"
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def why_dead(self) -> str:
+        self.proc.join(10)
         code = self.proc.exitcode
         if code is not None and code < 0:
             return f"worker died with signal {signal.Signals(-code).name}"
         return f"worker exited with status {code}"
 
     def kill(self) -> None:
-        self.proc.kill()
+        procs.kill_group(self.proc.pid)
         self.proc.join(5)
+        procs.remove_tmp(self.tmp)
+        self.conn.close()
 
     def close(self) -> None:
-        if self.proc.is_alive():
+        if self.proc.is_alive() and self.job is None and self.ready:
             try:
                 self.conn.send(None)
                 self.proc.join(5)
             except (BrokenPipeError, OSError):
                 pass
-        if self.proc.is_alive():
-            self.kill()
+        self.kill()  # whatever is left in its group (a child it started), and its folder
 
 
-def run_isolated(work, device: str, timeout: float, progress=None):
+class Pool:
+    """Runs a work list on up to `jobs` workers; `results` holds finished jobs
+    (work index -> result) not yet handed out, for a partial report."""
+
+    def __init__(self, jobs: int = 1, timeout: float = 300.0, memory_limit_mb: float | None = None,
+                 startup_timeout: float = STARTUP_TIMEOUT):
+        self.jobs, self.timeout, self.memory_limit_mb = max(1, jobs), timeout, memory_limit_mb
+        self.startup_timeout = startup_timeout
+        self.workers: list[Worker] = []
+        self.results: dict = {}
+        self.started = 0
+        self.stats = {"workers_started": 0, "import_s": [], "spawn_s": []}
+
+    def _start(self) -> None:
+        self.workers.append(Worker(self.started))
+        self.started += 1
+        self.stats["workers_started"] += 1
+
+    def _retire(self, w: Worker) -> None:
+        w.kill()
+        self.workers.remove(w)
+
+    def run(self, work, device: str):
+        """Yield each (target, case, seed) job's result (a CaseResult or a list of them), in work order."""
+        procs.sweep_stale_tmp()
+        work = list(work)
+        todo = deque(range(len(work)))
+        nxt = 0
+        try:
+            while nxt < len(work):
+                self._fill(todo, work, device)
+                self._wait(work)
+                while nxt in self.results:
+                    yield self.results.pop(nxt)
+                    nxt += 1
+        finally:
+            self.close()
+
+    def _fill(self, todo: deque, work, device: str) -> None:
+        busy = sum(w.job is not None for w in self.workers)
+        want = min(self.jobs, busy + len(todo))
+        while len(self.workers) < want:
+            self._start()
+        for w in self.workers:
+            if not todo:
+                break
+            if w.ready and w.job is None:
+                i = todo.popleft()
+                target, case, seed = work[i]
+                job = (target.name, target.optimizer, case.name, seed, case.steps, device,
+                       getattr(case, "pattern", None))
+                try:
+                    w.conn.send(job)
+                except (BrokenPipeError, OSError):
+                    todo.appendleft(i)  # it died idle: the next round replaces it
+                    continue
+                w.job = (i, time.monotonic() + self.timeout)
+
+    def _wait(self, work) -> None:
+        now = time.monotonic()
+        # busy workers' job deadlines and starting workers' start-up deadlines (idle ones have none)
+        deadlines = [w.job[1] if w.job else w.started + self.startup_timeout
+                     for w in self.workers if w.job or not w.ready]
+        wake = min(deadlines, default=now + 60.0) - now
+        if self.memory_limit_mb:
+            wake = min(wake, POLL_S)
+        waitables = {}
+        for w in self.workers:
+            waitables[w.conn] = w
+            waitables[w.proc.sentinel] = w
+        ready = wait(list(waitables), timeout=max(0.0, wake))
+        handled = set()
+        for obj in ready:
+            w = waitables[obj]
+            if id(w) in handled or w not in self.workers:
+                continue
+            handled.add(id(w))
+            self._event(w, work)
+        self._check_limits(work)
+
+    def _event(self, w: Worker, work) -> None:
+        msg = None
+        if w.conn.poll():
+            try:
+                msg = w.conn.recv()
+            except (EOFError, OSError):
+                msg = None
+        if msg is None:  # end of the pipe, or the process is gone
+            self._lost(w, w.why_dead(), work)
+            return
+        kind, payload = msg
+        if kind == "ready":
+            w.ready, w.info = True, payload
+            self.stats["spawn_s"].append(time.monotonic() - w.started)
+            self.stats["import_s"].append(payload.get("import_s", 0.0))
+        elif kind == "result" and w.job is not None:
+            self.results[w.job[0]] = payload
+            w.job = None
+
+    def _lost(self, w: Worker, why: str, work) -> None:
+        """The worker is gone (or being killed): its job, if any, becomes an error row."""
+        job = w.job
+        self._retire(w)
+        if job is None:
+            if not w.ready:
+                raise RuntimeError(f"worker process did not start: {why}")
+            return
+        target, case, seed = work[job[0]]
+        self.results[job[0]] = error_result(target.name, target.optimizer, case.name, seed, case.steps, why)
+
+    def _check_limits(self, work) -> None:
+        now = time.monotonic()
+        busy = [w.pid for w in self.workers if w.job is not None]
+        rss = procs.tree_rss_mb(busy) if self.memory_limit_mb and busy else {}
+        for w in list(self.workers):
+            if w.job is not None and now >= w.job[1]:
+                self._lost(w, f"timed out after {self.timeout:g} s (worker killed)", work)
+            elif w.job is None and not w.ready and now >= w.started + self.startup_timeout:
+                self._retire(w)
+                raise RuntimeError(f"worker process did not start within {self.startup_timeout:g} s")
+            elif w.job is not None and self.memory_limit_mb and rss.get(w.pid, 0.0) > self.memory_limit_mb:
+                self._lost(w, f"exceeded the memory limit of {self.memory_limit_mb:g} MB "
+                              f"(resident {rss[w.pid]:.0f} MB; worker killed)", work)
+
+    def close(self) -> None:
+        for w in list(self.workers):
+            w.close()
+        self.workers.clear()
+
+
+def run_isolated(work, device: str, timeout: float, jobs: int = 1, memory_limit_mb: float | None = None,
+                 pool: Pool | None = None):
     """Yield each (target, case, seed) job's result (a CaseResult or a list of them), in order."""
-    worker = None
-    try:
-        for target, case, seed in work:
-            if worker is None:
-                worker = Worker()
-            job = (target.name, target.optimizer, case.name, seed, case.steps, device, getattr(case, "pattern", None))
-            out = worker.run(job, timeout)
-            if isinstance(out, str):
-                worker = None
-                out = error_result(target.name, target.optimizer, case.name, seed, case.steps, out)
-            yield out
-    finally:
-        if worker is not None:
-            worker.close()
+    pool = pool or Pool(jobs, timeout, memory_limit_mb)
+    yield from pool.run(work, device)
+
+
+__all__ = ["Pool", "Worker", "default_jobs", "error_result", "run_isolated"]

@@ -8,7 +8,10 @@ whole group, whatever it started (gloo threads, a resource tracker, a
 compiler), when a rank outlives the deadline, when the parent is
 interrupted, and on the way out in any case; the work folder is removed
 with it. So a timed-out or interrupted run leaves no process and no
-temporary folder behind.
+temporary folder behind. A rank also dies with the process that launched it
+(oracle.compare.procs.die_with_parent): when a case worker is killed at its
+time limit, its ranks go with it, and the parent (the CLI's worker pool)
+removes the worker's temporary folder, which holds the work folders.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ import sys
 import tempfile
 import time
 from typing import Callable
+
+from .procs import die_with_parent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,6 +51,16 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+PARENT_ENV = "ORACLE_RANK_PARENT"  # a spawned rank dies with the process of this pid
+
+
+def rank_started() -> None:
+    """Called first thing in a spawned rank: die with the launcher."""
+    parent = os.environ.get(PARENT_ENV)
+    if parent and parent.isdigit():
+        die_with_parent(int(parent))
+
+
 @contextlib.contextmanager
 def workdir(prefix: str):
     """A temporary folder that is removed however the block ends."""
@@ -60,7 +75,8 @@ def spawn(argv: Callable[[int], list], world: int, work: str, timeout: float, en
     try:
         for rank in range(world):
             with open(os.path.join(work, f"rank{rank}.log"), "w") as log:
-                procs.append(subprocess.Popen(argv(rank), env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                procs.append(subprocess.Popen(argv(rank), env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank),
+                                                               PARENT_ENV: str(os.getpid())},
                                               stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd(),
                                               start_new_session=True))
         err = _wait([p.wait for p in procs], timeout)
@@ -76,7 +92,8 @@ def fork(target: Callable, args: Callable[[int], tuple], world: int, work: str, 
     runs in each, in its own process group."""
     import multiprocessing
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_own_group, args=(target, args(rank)), daemon=True) for rank in range(world)]
+    parent = os.getpid()
+    procs = [ctx.Process(target=_own_group, args=(target, args(rank), parent), daemon=True) for rank in range(world)]
     try:
         for p in procs:
             p.start()
@@ -90,8 +107,9 @@ def fork(target: Callable, args: Callable[[int], tuple], world: int, work: str, 
     return collect(work, [p.exitcode for p in procs], err)
 
 
-def _own_group(target, args) -> None:
+def _own_group(target, args, parent: int) -> None:
     os.setpgid(0, 0)
+    die_with_parent(parent)
     target(*args)
 
 

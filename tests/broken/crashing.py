@@ -29,3 +29,28 @@ class RaisingAdamW(CorrectAdamW):
         if self.calls == 3:
             raise RuntimeError("kernel launch failed")
         return super().step(closure)
+
+
+class RankHangingAdamW(CorrectAdamW):
+    """Hangs in step() only inside rank processes (RANK is set): rank_skew's ranks outlive the case."""
+
+    def step(self, closure=None):
+        import os
+        import time
+        if "RANK" in os.environ:
+            while True:
+                time.sleep(0.1)
+        return super().step(closure)
+
+
+class MemoryHogAdamW(CorrectAdamW):
+    """Grows its resident memory 64 MB at a time in step(), up to 3 GB, then waits."""
+
+    def step(self, closure=None):
+        import time
+        hoard = []
+        for _ in range(48):
+            hoard.append(bytearray(64 << 20))  # zero-filled: resident at once
+            time.sleep(0.05)
+        while True:
+            time.sleep(0.1)

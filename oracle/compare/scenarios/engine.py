@@ -629,6 +629,8 @@ __all__ = ["SCENARIOS", "Spec", "compare_snapshots", "construction_checks", "mat
 
 if __name__ == "__main__":
     # a rank of a world > 1 run: python -m oracle.compare.scenarios.engine --worker JOB.pkl
+    from ..ranks import rank_started
+    rank_started()  # die with the launcher
     if sys.argv[1:2] != ["--worker"] or len(sys.argv) != 3:
         sys.exit("usage: python -m oracle.compare.scenarios.engine --worker JOB.pkl (started by the engine scenarios)")
     worker(sys.argv[2])

@@ -203,4 +203,6 @@ def run_rank(job: dict, rank: int, world: int, target=None) -> None:
 
 
 if __name__ == "__main__":
+    from ..ranks import rank_started
+    rank_started()  # die with the launcher
     main(sys.argv[1])

@@ -47,6 +47,7 @@ class Target:
     # A training engine rather than an optimizer (DeepSpeed's): runs only the
     # scenarios marked engine=True, with this description of itself.
     engine: "EngineSpec | None" = None
+    threads: int = 1  # torch/OpenMP threads a worker runs this target's jobs with (workers default to one)
 
     def unavailable(self, device: str) -> str | None:
         if device not in self.devices:

@@ -12,7 +12,9 @@ unchanged; `configure_env()` points that variable at a shared cache
 (`default_extensions_dir()`) unless the caller already set it, and
 scripts/build_deepspeed_ops.sh prebuilds into it. The ops are compiled with
 -march=native, so the default cache directory is keyed by the SIMD level of
-this CPU as well as the torch/deepspeed/python versions.
+this CPU as well as the torch/deepspeed/python versions, and by where torch and
+deepspeed are installed (torch's build file holds absolute paths: another venv
+rebuilds). Each build says on stderr what it builds and why (build_reason).
 
 Conventions (DeepSpeed 0.19.8; paths relative to site-packages/deepspeed):
 
@@ -80,7 +82,9 @@ Engine wrappers: see engine_construction_probe / EngineRun below.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
+import json
 import os
 import platform
 import sys
@@ -128,14 +132,68 @@ def _dist_version(name: str) -> str:
         return "none"
 
 
+def _install_dir(name: str) -> str:
+    """Where a package is installed (without importing it)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return "none"
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else "none"
+
+
+def cache_key() -> dict:
+    """What a build of the ops depends on beyond their sources: the versions, the SIMD level
+    (-march=native) and where torch and deepspeed are installed: torch's JIT build writes the
+    absolute source and include paths into its build file, so the same versions in another venv
+    rebuild every op (and two venvs sharing one folder would rebuild each other's)."""
+    return {"python": f"{sys.version_info.major}.{sys.version_info.minor}", "torch": _dist_version("torch"),
+            "deepspeed": _dist_version("deepspeed"), "simd": _simd_tag(), "torch_dir": _install_dir("torch"),
+            "deepspeed_dir": _install_dir("deepspeed")}
+
+
+def cache_key_name(key: dict | None = None) -> str:
+    """The cache folder's name: py311-torch2.13.0_cpu-ds0.19.8-avx512-1a2b3c4d (last: the install folders)."""
+    key = key or cache_key()
+    where = hashlib.sha256(f"{key['torch_dir']}\n{key['deepspeed_dir']}".encode()).hexdigest()[:8]
+    return (f"py{key['python'].replace('.', '')}-torch{key['torch']}-ds{key['deepspeed']}-{key['simd']}-{where}"
+            .replace("+", "_"))
+
+
 def default_extensions_dir() -> str:
-    """$OPTIMIZER_ORACLE_EXT_CACHE or ~/.cache/optimizer-oracle/torch_extensions,
-    plus a subdirectory keyed by python, torch, deepspeed and the CPU's SIMD level."""
+    """$OPTIMIZER_ORACLE_EXT_CACHE or ~/.cache/optimizer-oracle/torch_extensions, plus a folder
+    named by cache_key_name(). CI (.ci/run), the main job and the tests all use this one folder."""
     root = os.environ.get("OPTIMIZER_ORACLE_EXT_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "optimizer-oracle", "torch_extensions")
-    key = (f"py{sys.version_info.major}{sys.version_info.minor}-torch{_dist_version('torch')}"
-           f"-ds{_dist_version('deepspeed')}-{_simd_tag()}").replace("+", "_")
-    return os.path.join(root, key)
+    return os.path.join(root, cache_key_name())
+
+
+STAMP = ".oracle-build.json"  # in <extensions dir>/<op>/: the cache_key() the op was last loaded with
+
+
+def build_reason(op: str, extensions_dir: str, key: dict | None = None) -> str | None:
+    """None when a build of `op` for this setup is cached in `extensions_dir`; else why it gets built."""
+    key = key or cache_key()
+    folder = os.path.join(extensions_dir, op)
+    if not os.path.exists(os.path.join(folder, f"{op}.so")):
+        return f"no build of it in {folder} yet"
+    try:
+        with open(os.path.join(folder, STAMP)) as fh:
+            old = json.load(fh)
+    except (OSError, ValueError):
+        return (f"the build in {folder} carries no record of what it was built for "
+                "(torch rebuilds it if its sources, flags or paths changed)")
+    diff = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in key.items() if old.get(k) != v]
+    if diff:
+        return f"the build in {folder} was made for another setup ({'; '.join(diff)})"
+    return None
+
+
+def _stamp(op: str, extensions_dir: str, key: dict) -> None:
+    try:
+        with open(os.path.join(extensions_dir, op, STAMP), "w") as fh:
+            json.dump(key, fh, indent=1)
+    except OSError:
+        pass
 
 
 def configure_env(extensions_dir: str | None = None) -> str:
@@ -186,11 +244,23 @@ def op_unavailable(op: str) -> str | None:
     return None
 
 
-def load_op(op: str):
-    """Build (first time, into TORCH_EXTENSIONS_DIR) or load a CPU op."""
-    configure_env()
+def load_op(op: str, announce: bool = False):
+    """Build (first time, into TORCH_EXTENSIONS_DIR) or load a CPU op. A build says on stderr what it
+    builds, where and why (announce: a cached load says so too)."""
+    where = configure_env()
     from deepspeed.ops import op_builder
-    return getattr(op_builder, _BUILDERS[op])().load(verbose=False)
+    key = cache_key()
+    reason = build_reason(op, where, key)
+    if reason:
+        print(f"DeepSpeed op {op}: building into {where} because {reason} (~1-2 min on 2 cores)",
+              file=sys.stderr, flush=True)
+    elif announce:
+        print(f"DeepSpeed op {op}: cached in {where} for this setup (key {cache_key_name(key)})",
+              file=sys.stderr, flush=True)
+    module = getattr(op_builder, _BUILDERS[op])().load(verbose=False)
+    if reason:
+        _stamp(op, where, key)
+    return module
 
 
 def build_ops(extensions_dir: str | None = None, ops=OPS) -> dict:
@@ -200,7 +270,7 @@ def build_ops(extensions_dir: str | None = None, ops=OPS) -> dict:
     for op in ops:
         t0 = time.perf_counter()
         try:
-            load_op(op)
+            load_op(op, announce=True)
             out[op] = round(time.perf_counter() - t0, 1)
         except Exception as exc:  # noqa: BLE001 - report, keep building the others
             out[op] = f"failed: {type(exc).__name__}: {exc}"
@@ -569,15 +639,18 @@ __all__ = ["DS_CPU_ADAGRAD", "DS_CPU_ADAM", "DS_CPU_ADAMW", "EngineRun", "build_
 
 if __name__ == "__main__":  # python -m oracle.compare.targets.deepspeed --build [DIR]
     import argparse
-    import json
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", nargs="?", const="", metavar="DIR",
                     help="prebuild the CPU ops into DIR (default: default_extensions_dir())")
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--print-dir", action="store_true", help="print the default cache dir and exit")
+    ap.add_argument("--print-key", action="store_true", help="print what the cache is keyed by and exit")
     a = ap.parse_args()
     if a.print_dir:
         print(os.environ.get("TORCH_EXTENSIONS_DIR") or default_extensions_dir())
+        sys.exit(0)
+    if a.print_key:
+        print(json.dumps({"name": cache_key_name(), **cache_key()}, indent=1))
         sys.exit(0)
     reason = deepspeed_unavailable()
     if reason:

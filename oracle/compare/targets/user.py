@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import signal
+import subprocess
+import sys
 
 import oracle
 
@@ -26,6 +30,84 @@ def resolve(spec: str):
         return getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"--impl {spec}: cannot import: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - a module failing on import is the user's input, not our crash
+        raise ValueError(f"--impl {spec}: importing {mod_name} raised {type(exc).__name__}: {exc}") from exc
+    except SystemExit as exc:
+        raise ValueError(f"--impl {spec}: importing {mod_name} called sys.exit({exc.code!r})") from exc
+
+
+# Run in a fresh interpreter by probe_import: import the module, look the name up, say what happened
+# on the last line of stderr, and leave with os._exit (no atexit handler of the module runs).
+_PROBE = r"""
+import importlib, os, sys, traceback
+from oracle.compare.procs import die_with_parent
+die_with_parent(int(sys.argv[3]))
+def say(kind, text, code):
+    sys.stdout.flush()
+    sys.stderr.write("\n@@probe@@ %s %s\n" % (kind, text.replace("\n", " ")))
+    sys.stderr.flush()
+    os._exit(code)
+try:
+    module = importlib.import_module(sys.argv[1])
+except SystemExit as exc:
+    say("exit", repr(exc.code), 3)
+except BaseException as exc:
+    say("raise", traceback.format_exception_only(type(exc), exc)[-1].strip(), 3)
+if not hasattr(module, sys.argv[2]):
+    say("attr", "module %s has no attribute %r" % (sys.argv[1], sys.argv[2]), 3)
+say("ok", "", 0)
+"""
+
+
+def probe_import(spec: str, timeout: float) -> str | None:
+    """Import an --impl module in a separate interpreter first, with a time limit: None if it
+    imports and has the name, else what went wrong (a segfault names its signal, a hang the limit,
+    an exception its last line, sys.exit its code). The CLI's own process never sees a module that
+    would crash, hang or exit on import."""
+    if ":" not in spec:
+        return f"--impl expects 'package.module:Name', got {spec!r}"
+    mod_name, _, attr = spec.partition(":")
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([p or os.getcwd() for p in sys.path])}
+    proc = subprocess.Popen([sys.executable, "-c", _PROBE, mod_name, attr, str(os.getpid())], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, errors="replace", start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return f"--impl {spec}: importing {mod_name} did not finish within {timeout:g} s (killed)"
+    except BaseException:
+        _kill(proc)
+        raise
+    finally:
+        _kill(proc)
+    said = [line for line in err.splitlines() if line.startswith("@@probe@@ ")]
+    if proc.returncode == 0 and said and said[-1].split()[1] == "ok":
+        return None
+    if proc.returncode < 0:
+        return (f"--impl {spec}: importing {mod_name} killed the interpreter with signal "
+                f"{signal.Signals(-proc.returncode).name}")
+    if not said:
+        tail = " ".join(err.strip().splitlines()[-1:])
+        return f"--impl {spec}: importing {mod_name} ended the interpreter with status {proc.returncode}" \
+               + (f": {tail}" if tail else "")
+    kind, _, text = said[-1][len("@@probe@@ "):].partition(" ")
+    if kind == "exit":
+        return f"--impl {spec}: importing {mod_name} called sys.exit({text})"
+    if kind == "attr":
+        return f"--impl {spec}: cannot import: {text}"
+    if text.startswith(("ModuleNotFoundError", "ImportError")):
+        return f"--impl {spec}: cannot import: {text.split(': ', 1)[-1]}"
+    return f"--impl {spec}: importing {mod_name} raised {text}"
+
+
+def _kill(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def which_optimizer(spec: str, obj, optimizer: str | None) -> str:
@@ -72,4 +154,4 @@ def from_object(obj, spec: str, optimizer: str | None = None, convention=None) -
                   notes=f"user optimizer {spec}")
 
 
-__all__ = ["from_object", "load_impl", "resolve", "which_optimizer"]
+__all__ = ["from_object", "load_impl", "probe_import", "resolve", "which_optimizer"]

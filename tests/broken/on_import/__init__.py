@@ -1,0 +1,1 @@
+"""Modules that misbehave when imported, for the --impl probe (tests/test_hostile.py)."""

@@ -1,0 +1,4 @@
+"""Crashes the interpreter while being imported (a broken native extension)."""
+import ctypes
+
+ctypes.string_at(0)
