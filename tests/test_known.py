@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,20 @@ def test_committed_file_is_valid():
 
 def test_no_known_or_declared_lists_left_in_code():
     from oracle.compare import scenarios
+    from oracle.compare.scenarios import engine
     assert not hasattr(scenarios, "KNOWN") and not hasattr(scenarios, "DECLARED")
+    assert not hasattr(engine, "KNOWN"), "engine scenario defects belong in reports/known.toml"
+
+
+def repro_env(entry) -> dict:
+    """The repro's environment: DeepSpeed's run on its CPU accelerator with the ops the harness built
+    (the same TORCH_EXTENSIONS_DIR, so no script rebuilds them)."""
+    env = dict(os.environ)
+    if entry.library == "deepspeed":
+        from oracle.compare.targets.deepspeed import default_extensions_dir
+        env.setdefault("DS_ACCELERATOR", "cpu")
+        env.setdefault("TORCH_EXTENSIONS_DIR", default_extensions_dir())
+    return env
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.id)
@@ -53,7 +67,7 @@ def test_repro_still_reproduces_on_its_listed_versions(entry):
         if not torch.cuda.is_available():
             pytest.skip(f"{entry.id} is for {', '.join(entry.devices)}")
     out = subprocess.run([sys.executable, str(entry.repro_path())], capture_output=True, text=True, timeout=600,
-                         cwd=ROOT)
+                         cwd=ROOT, env=repro_env(entry))
     assert out.returncode == 0, (f"{entry.id} no longer reproduces on {entry.library} "
                                  f"{VERSIONS.get(entry.library)} ({K.FIXED_HINT}):\n{out.stdout}{out.stderr}")
 

@@ -63,25 +63,8 @@ OPTIMIZER_KIND = {"adamw": "adamw", "adagrad": "adagrad", "cpu_adamw": "adamw"}
 CLIENT_DOC = {"adamw": "torch.optim.AdamW", "adagrad": "torch.optim.Adagrad",
               "cpu_adamw": "deepspeed.ops.adam.DeepSpeedCPUAdam(adamw_mode=True)"}
 
-SEED_002 = ("seed 002 (DeepSpeed #8910), still in 0.19.8: the FP16/BF16 ZeRO-0 wrapper calls optimizer.step() "
-            "with zero grads during construction (runtime/fp16/unfused_optimizer.py initialize_optimizer_states), "
-            "advancing counters, creating moments and applying decay before training")
-ADAGRAD_ZERO_GROUPS = ("ZeRO 1/2 replaces a torch Adagrad client with torch.optim.Adagrad(flat partitions, "
-                       "**optimizer.defaults) (runtime/zero/stage_1_and_2.py): per-group lr/weight_decay are "
-                       "dropped")
-# (zero stage or None, optimizer or None, scenario, check) -> known defect text added to `reason`
-KNOWN = [
-    (0, None, "engine_construction", ("counters", "state", "masters"), SEED_002),
-    (0, None, "engine_roundtrip", ("counters",), SEED_002 + " (the extra construction step shows in every counter)"),
-    (1, "adagrad", "engine_construction", ("hparams",), ADAGRAD_ZERO_GROUPS),
-    (0, "adagrad", "engine_roundtrip", ("error",),
-     ("torch Adagrad creates its state eagerly, keyed by the model params; the ZeRO-0 wrapper swaps the fp32 masters "
-      "into param_groups but leaves that state behind, so Optimizer.state_dict() (engine.save_checkpoint) raises "
-      "KeyError on the stale keys: no checkpoint can be written (the seed-002 fix moves this state onto the masters)")),
-    (1, "adagrad", "engine_roundtrip", ("error",),
-     ADAGRAD_ZERO_GROUPS + "; with two client param groups the replacement has one group, and the first "
-     "engine.backward raises IndexError in _get_flat_partition_unpadded (param_groups[1]): training cannot start"),
-]
+# Known defects seen here (seed 002, ZeRO-0 + torch Adagrad, ZeRO-1 + torch Adagrad) are entries of
+# reports/known.toml; a failing row's reason quotes the matching entry (oracle.compare.known.note).
 
 
 @dataclass(frozen=True)
@@ -464,11 +447,9 @@ def run_specs(specs, rank: int, workdir: str, n: int = N_STEPS, m: int = M_STEPS
 # --- results ---------------------------------------------------------------------
 
 def _known(spec: Spec, check: str) -> str | None:
-    for zero, opt, sc, names, text in KNOWN:
-        if (zero is None or zero == spec.zero) and (opt is None or opt == spec.optimizer) and sc == spec.scenario \
-                and check in names:
-            return text
-    return None
+    """The known-defect text (reports/known.toml) for a failing check of this spec's row, if any."""
+    from ..known import note
+    return note(spec.target, check, spec.case)
 
 
 def _unsupported(spec: Spec) -> str | None:
@@ -501,7 +482,7 @@ def to_result(spec: Spec, per_rank: list, n: int = N_STEPS, m: int = M_STEPS, se
         text = "\n".join(e if e else f"rank {k}: no result" for k, e in enumerate(errors))
         r.checks = {"error": CheckResult("error", passed=False, note=text)}
         known = _known(spec, "error")
-        r.reason = (f"{text.splitlines()[0][:400]}" + (f"; known: {known}" if known else "")
+        r.reason = (f"{text.splitlines()[0][:400]}" + (f"; {known}" if known else "")
                     + f"; reproduce: {spec.repro()}")
         return r
     merged = {}
@@ -520,8 +501,7 @@ def to_result(spec: Spec, per_rank: list, n: int = N_STEPS, m: int = M_STEPS, se
              f"{merged[next(iter(merged))].note or ''}".rstrip("; ")]
     if failed:
         r.status = "fail"
-        known = sorted({_known(spec, f) for f in failed if _known(spec, f)})
-        notes += [f"known: {k}" for k in known]
+        notes += sorted({text for f in failed if (text := _known(spec, f))})
         notes.append(f"failed checks: {', '.join(failed)}; reproduce: {spec.repro()}")
     r.reason = "; ".join(x for x in notes if x) if failed else ""
     return r
