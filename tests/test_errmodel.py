@@ -84,3 +84,19 @@ def test_sign_is_exact_where_settled_and_open_where_not():
     c = np.copysign(1.0, x)
     np.testing.assert_array_equal(c.v, [1.0, -1.0, 1.0, 1.0, 1.0])
     assert c.e[0] == c.e[1] == c.e[3] == 0.0 and c.e[2] >= 2.0 and c.e[4] >= 2.0
+
+
+def test_exact_zeros_stay_exact_so_sign_of_zero_is_settled():
+    """x*0 (x finite) and 0 + 0 are exactly 0 in any order: no rounding floor, so
+    sign() of a Lion c computed from a zero momentum and a zero grad is settled
+    (sign(0) = 0 against copysign(1, +0) = +1), while a rounded tiny value stays open."""
+    m = Bounded(np.zeros(3), None, U)
+    g = Bounded(np.array([0.0, 1e-3, 0.0]), None, U)
+    c = m * 0.9 + g * (1 - 0.9)
+    np.testing.assert_array_equal(c.e == 0, [True, False, True])
+    assert np.sign(c).e[0] == 0.0 and np.copysign(1.0, c).e[0] < 1e-6  # settled: only 1.0 held in fp32
+    assert (np.sign(c).v[0], np.copysign(1.0, c).v[0]) == (0.0, 1.0)
+    # a zero with an error, or times something unbounded, keeps its interval
+    z = Bounded(np.array([0.0, 0.0]), np.array([1e-9, 0.0]), U)
+    w = z * Bounded(np.array([2.0, np.inf]), None, U)
+    assert w.e[0] > 0 and not w.e[1] == 0

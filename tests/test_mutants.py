@@ -37,7 +37,7 @@ def gate():
 
 def test_catalog_is_complete():
     mutants = [e for e in ENTRIES if e.kind.endswith("mutant")]
-    assert len(mutants) >= 25 and len(CPU_MUTANTS) >= 25
+    assert len(mutants) >= 35 and len(CPU_MUTANTS) >= 35
     assert len({e.name for e in ENTRIES}) == len(ENTRIES)
     for e in mutants:
         assert e.provenance and e.description and len(e.expect) == 4, e.name
@@ -47,6 +47,18 @@ def test_catalog_is_complete():
         base = next(b for b in cls.__mro__[1:] if b.__module__ == B.__name__)
         assert cls.ORACLE_CONVENTION == base.ORACLE_CONVENTION, f"{cls.__name__} must declare its base's convention"
     assert {w.INNER for w in WRAPPER_MUTANTS} <= set(B.CONTROLS)
+
+
+def test_every_optimizer_has_a_control_and_a_mutant():
+    """Each optimizer of the specification has a correct base and at least one mutant
+    (SGD and Lion: the first-step buffer, nesterov, sign(0), decay form and order)."""
+    import oracle
+    controls = {cls.ORACLE_OPTIMIZER for cls in B.CONTROLS}
+    broken = {cls.ORACLE_OPTIMIZER for cls in M.MUTANTS}
+    assert set(oracle.SPECS) <= controls, set(oracle.SPECS) - controls
+    assert set(oracle.SPECS) <= broken, set(oracle.SPECS) - broken
+    assert sum(cls.ORACLE_OPTIMIZER == "sgd" for cls in M.MUTANTS) >= 5
+    assert sum(cls.ORACLE_OPTIMIZER == "lion" for cls in M.MUTANTS) >= 4
 
 
 @pytest.mark.parametrize("entry", CONTROLS, ids=lambda e: e.name)

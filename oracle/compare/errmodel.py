@@ -76,19 +76,39 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
         return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta)
 
 
+def _exact_zero(a):
+    """Elements that are exactly 0 with no error: an input or result held exactly."""
+    return (a.v == 0) & (a.e == 0)
+
+
+def _keep_exact_zeros(r, where):
+    """A result that is exactly 0 in every evaluation order (x*0 for a finite x, 0 + 0)
+    is not rounded: no u*|v| and no underflow floor. Without this an exactly-zero
+    Lion c = b1*0 + (1-b1)*0 carried an eta-sized interval and sign(c) stayed open,
+    so sign(0) = 0 and copysign(1, +0) = +1 were both accepted."""
+    if np.any(where):
+        r.e = np.where(where, 0.0, r.e)
+    return r
+
+
 def _add(s, a, b):
     with np.errstate(invalid="ignore", over="ignore"):
-        return s._round(a.v + b.v, a.e + b.e)
+        return _keep_exact_zeros(s._round(a.v + b.v, a.e + b.e), _exact_zero(a) & _exact_zero(b))
 
 
 def _sub(s, a, b):
     with np.errstate(invalid="ignore", over="ignore"):
-        return s._round(a.v - b.v, a.e + b.e)
+        return _keep_exact_zeros(s._round(a.v - b.v, a.e + b.e), _exact_zero(a) & _exact_zero(b))
+
+
+def _finite(a):
+    return np.isfinite(a.v) & np.isfinite(a.e)
 
 
 def _mul(s, a, b):
     with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 in a bound is an unbounded element
-        return s._round(a.v * b.v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e)
+        r = s._round(a.v * b.v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e)
+    return _keep_exact_zeros(r, (_exact_zero(a) & _finite(b)) | (_exact_zero(b) & _finite(a)))
 
 
 def _div(s, a, b):

@@ -12,7 +12,7 @@ import fnmatch
 
 from .optimizers import records
 from .targets.base import Target
-from .targets.user import load_impl
+from .targets.user import load_impl, probe_import
 
 
 def builtin_targets() -> list[Target]:
@@ -56,4 +56,4 @@ def torch_targets() -> list[Target]:
     return make(records())
 
 
-__all__ = ["builtin_targets", "every_target", "find", "load_impl", "select", "torch_targets"]
+__all__ = ["builtin_targets", "every_target", "find", "load_impl", "probe_import", "select", "torch_targets"]

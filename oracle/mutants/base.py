@@ -24,6 +24,10 @@ Bases:
     Adagrad                  torch.optim.Adagrad math, eager state in __init__, over FP32
                              masters with FP32 state (DeepSpeed's wrapper after #8910).
     GroupLamb                apex FusedLAMB (oracle.lamb.APEX_LAMB).
+    TorchSGD                 torch.optim.SGD (oracle.sgd.TORCH_SGD): L2 decay, the first step
+                             copies the grad into the buffer, no counter.
+    ReferenceLion            the paper's Lion (oracle.lion.REFERENCE_LION): sign(0) = 0,
+                             decoupled decay before the update, no counter.
 """
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ import torch
 from oracle.adagrad import TORCH_ADAGRAD
 from oracle.adam import APEX_ADAMW, TORCH_ADAM, TORCH_ADAMW, AdamConvention
 from oracle.lamb import APEX_LAMB
+from oracle.lion import REFERENCE_LION
+from oracle.sgd import TORCH_SGD
 
 APEX_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group", fp32_hparams=True)
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -460,4 +466,146 @@ class GroupLamb(_Base):
         return loss
 
 
-CONTROLS = [TorchAdamW, TorchAdam, GroupAdamW, GroupAdam, GroupAdamWCapturable, Adagrad, GroupLamb]
+# --- SGD -----------------------------------------------------------------
+
+class TorchSGD(_Base):
+    """torch.optim.SGD semantics (oracle.sgd.TORCH_SGD), fp32 math, one rounding on store:
+    g += wd*p (only when wd != 0); buf <- g on a param's first step (its buffer is
+    absent), mu*buf + (1-dampening)*g afterwards; nesterov g + mu*buf, else buf;
+    p -= lr*g. No counter; momentum_buffer (param dtype) exists only while momentum != 0."""
+
+    ORACLE_OPTIMIZER = "sgd"
+    ORACLE_CONVENTION = TORCH_SGD
+    ORACLE_OPTIONS = frozenset({"dampening", "nesterov", "maximize"})
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
+                 maximize=False):
+        for name, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
+            if not value >= 0.0:
+                raise ValueError(f"Invalid {name} value: {value}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov, maximize=maximize))
+
+    def _decay(self, pf, g, group):
+        """L2 decay into the grad, skipped at wd == 0 (0*p is NaN for an infinite p)."""
+        wd = group["weight_decay"]
+        return g.add(pf, alpha=wd) if wd != 0 else g
+
+    def _first_steps(self, group, params):
+        """Which params take the first-step form buf <- g: those without a buffer yet."""
+        return ["momentum_buffer" not in self.state[p] for p in params]
+
+    def _momentum(self, p, st, g, group, first):
+        """The new buffer (stored in the param dtype) and the update direction."""
+        mu, dampening = group["momentum"], group["dampening"]
+        if first:
+            buf = g.clone()
+        else:
+            old = st["momentum_buffer"].float() if "momentum_buffer" in st else torch.zeros_like(g)
+            buf = old.mul_(mu).add_(g, alpha=1 - dampening)
+        if "momentum_buffer" in st:
+            st["momentum_buffer"].copy_(buf)
+        else:
+            st["momentum_buffer"] = buf.to(p.dtype).clone(memory_format=torch.preserve_format)
+        return self._direction(g, buf, group)
+
+    def _direction(self, g, buf, group):
+        """torch's Nesterov: g + mu*buf with the new buffer; plain momentum: buf."""
+        return g.add(buf, alpha=group["momentum"]) if group["nesterov"] else buf
+
+    def _update(self, p, st, group, first):
+        g = self._grad(p, group)
+        if group["maximize"]:
+            g = -g
+        pf = self._master(p, st)
+        g = self._decay(pf, g, group)
+        if group["momentum"] != 0:
+            g = self._momentum(p, st, g, group, first)
+        pf.add_(g, alpha=-group["lr"])
+        self._store(p, st, pf)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = self._tensors(group)
+            firsts = self._first_steps(group, params) if group["momentum"] != 0 else [False] * len(params)
+            first_of = dict(zip(map(id, params), firsts))
+            self._launch(lambda batch, group=group: [self._update(p, self.state[p], group, first_of[id(p)])
+                                                     for p in batch], params)
+        return loss
+
+
+# --- Lion ----------------------------------------------------------------
+
+class ReferenceLion(_Base):
+    """The paper's Lion (oracle.lion.REFERENCE_LION; google/automl lion_pytorch.py,
+    lucidrains/lion-pytorch): c = b1*m + (1-b1)*g; p *= 1 - lr*wd; p -= lr*sign(c)
+    with sign(0) = 0; m = b2*m + (1-b2)*g. exp_avg in the param dtype, no counter."""
+
+    ORACLE_OPTIMIZER = "lion"
+    ORACLE_CONVENTION = REFERENCE_LION
+    ORACLE_OPTIONS = frozenset({"maximize"})
+
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, maximize=False):
+        if not lr >= 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not all(0.0 <= b <= 1.0 for b in betas):
+            raise ValueError(f"Invalid betas: {betas}")
+        if not weight_decay >= 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay, maximize=maximize))
+
+    def _init_state(self, p, group):
+        st = self.state[p]
+        if not st:
+            st["exp_avg"] = torch.zeros_like(p, dtype=self._state_dtype(p), memory_format=torch.preserve_format)
+            self._init_master(p, st)
+        return st
+
+    def _decay(self, pf, g, group):
+        """Decoupled decay on p before the update; the grad the moments see is unchanged."""
+        pf.mul_(1 - group["lr"] * group["weight_decay"])
+        return g
+
+    def _moments(self, m, g, group):
+        """(c, new m), both from the previous m."""
+        b1, b2 = group["betas"]
+        return m * b1 + g * (1 - b1), m * b2 + g * (1 - b2)
+
+    def _sign(self, c):
+        """sign(0) = 0 (torch.sign): an element whose c is exactly 0 only decays."""
+        return torch.sign(c)
+
+    def _update(self, p, st, group):
+        g = self._grad(p, group)
+        if group["maximize"]:
+            g = -g
+        pf = self._master(p, st)
+        g = self._decay(pf, g, group)
+        c, m = self._moments(st["exp_avg"].float(), g, group)
+        pf.add_(self._sign(c), alpha=-group["lr"])
+        self._store(p, st, pf)
+        st["exp_avg"].copy_(m)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = self._tensors(group)
+            for p in params:
+                self._init_state(p, group)
+            self._launch(lambda batch, group=group: [self._update(p, self.state[p], group) for p in batch], params)
+        return loss
+
+
+CONTROLS = [TorchAdamW, TorchAdam, GroupAdamW, GroupAdam, GroupAdamWCapturable, Adagrad, GroupLamb, TorchSGD,
+            ReferenceLion]

@@ -383,5 +383,114 @@ class DS490LambFlatNorm(_Mutant, B.GroupLamb):
         return [pn] * len(pfs), [un] * len(us)
 
 
+# --- SGD -----------------------------------------------------------------
+
+class MLX440ZeroBufferDampened(_Mutant, B.TorchSGD):
+    PROVENANCE = "ml-explore/mlx #440 (fixed by PR #473)"
+    DESCRIPTION = ("momentum buffer started at zeros and updated as mu*buf + (1-dampening)*g from the first "
+                   "step: the first buffer is (1-dampening)*g where torch copies g")
+    EXPECT = ("lockstep", "momentum_buffer", 1, "dampening")
+
+    def _first_steps(self, group, params):
+        return [False] * len(params)
+
+
+class MLX440DecayOnlyWithMomentum(_Mutant, B.TorchSGD):
+    PROVENANCE = "ml-explore/mlx #440 (fixed by PR #473)"
+    DESCRIPTION = "weight decay applied inside the momentum branch only: with momentum = 0 it has no effect"
+    EXPECT = ("lockstep", "param", 1, "plain")
+
+    def _decay(self, pf, g, group):
+        return super()._decay(pf, g, group) if group["momentum"] != 0 else g
+
+
+class ApexFusedSGDFirstRunLastParam(_Mutant, B.TorchSGD):
+    PROVENANCE = ("apex FusedSGD.get_momentums, apex/optimizers/fused_sgd.py at 00dbe4b (as read; no issue "
+                  "found): first_run is the last param's")
+    DESCRIPTION = ("one first_run flag per launch, set by the last param of the list: a param whose first grad "
+                   "arrives later is dampened from a zero buffer, or, when it is last, every buffer is reset to g")
+    EXPECT = ("lockstep", "momentum_buffer", 3, "grad_none")
+
+    def _first_steps(self, group, params):
+        first_run = "momentum_buffer" not in self.state[params[-1]] if params else True
+        return [first_run] * len(params)
+
+
+class Paddle12231NesterovSign(_Mutant, B.TorchSGD):
+    PROVENANCE = "PaddlePaddle PR #12231 (momentum_op nesterov; also closes #11539)"
+    DESCRIPTION = "Nesterov momentum term subtracted: p -= lr*(g - mu*buf) instead of lr*(g + mu*buf)"
+    EXPECT = ("lockstep", "param", 1, "nesterov")
+
+    def _direction(self, g, buf, group):
+        return g.sub(buf, alpha=group["momentum"]) if group["nesterov"] else buf
+
+
+class KerasSGDVelocity(_Mutant, B.TorchSGD):
+    PROVENANCE = ("keras.optimizers.SGD update rule, as documented (velocity = momentum*velocity - lr*g); "
+                  "the two parameterizations: jax PR #1528, PyTorch #1099")
+    DESCRIPTION = ("TF/Keras momentum form behind torch's interface: momentum_buffer holds the velocity "
+                   "v = mu*v - lr*g (from zero, no dampening), p += mu*v - lr*g (nesterov) or p += v")
+    EXPECT = ("lockstep", "momentum_buffer", 1, "")
+
+    def _momentum(self, p, st, g, group, first):
+        mu, lr = group["momentum"], group["lr"]
+        old = st["momentum_buffer"].float() if "momentum_buffer" in st else torch.zeros_like(g)
+        v = old.mul_(mu).sub_(g, alpha=lr)
+        if "momentum_buffer" in st:
+            st["momentum_buffer"].copy_(v)
+        else:
+            st["momentum_buffer"] = v.to(p.dtype).clone(memory_format=torch.preserve_format)
+        step = v.mul(mu).sub_(g, alpha=lr) if group["nesterov"] else v
+        # the base applies p -= lr*direction; Keras adds `step` to p
+        return step.div(-lr) if lr != 0 else torch.zeros_like(g)
+
+
+# --- Lion ----------------------------------------------------------------
+
+class DSLionCopysignZero(_Mutant, B.ReferenceLion):
+    PROVENANCE = ("DeepSpeed CPU Lion, ops/csrc/lion/cpu_lion_impl.cpp (0.19.8, as read): "
+                  "-copysign(lr, c); documented behaviour, not an issue")
+    DESCRIPTION = "sign(c) as copysign(1, c): an exactly-zero c (+0) steps by -lr instead of only decaying"
+    EXPECT = ("lockstep", "param", 1, "zero_grads")
+
+    def _sign(self, c):
+        return torch.copysign(torch.ones_like(c), c)
+
+
+class BNB1992LionCoupledDecay(_Mutant, B.ReferenceLion):
+    PROVENANCE = "bitsandbytes #1992 (fixed by PR #1993; Triton path PR #2001)"
+    DESCRIPTION = ("Lion weight decay coupled (L2): wd*p folded into the grad before the sign and the "
+                   "momentum, p not decayed")
+    EXPECT = ("lockstep", "exp_avg", 1, "")
+
+    def _decay(self, pf, g, group):
+        return g.add(pf, alpha=group["weight_decay"])
+
+
+class OLMo119LionDecayLrRatio(_Mutant, B.ReferenceLion):
+    PROVENANCE = "allenai/OLMo PR #119 (LionW decay was lr*wd/initial_lr, mosaicml DecoupledLionW's form)"
+    DESCRIPTION = ("decay p *= 1 - wd*lr/initial_lr (1 - wd at a constant lr; 1 - wd when initial_lr = 0) "
+                   "instead of 1 - lr*wd")
+    EXPECT = ("lockstep", "param", 1, "")
+
+    def _decay(self, pf, g, group):
+        initial_lr = group.setdefault("initial_lr", group["lr"])
+        pf.mul_(1 - (group["lr"] / initial_lr if initial_lr else 1.0) * group["weight_decay"])
+        return g
+
+
+class Jl129LionMomentumFirst(_Mutant, B.ReferenceLion):
+    PROVENANCE = ("FluxML/Optimisers.jl PR #129 (Lion written with the momentum updated first and the sign "
+                  "taken from the new momentum; the uncompensated form of that order)")
+    DESCRIPTION = ("momentum updated before the update direction: c = b1*m_t + (1-b1)*g with "
+                   "m_t = b2*m + (1-b2)*g, instead of the previous m")
+    EXPECT = ("lockstep", "param", 2, "")
+
+    def _moments(self, m, g, group):
+        b1, b2 = group["betas"]
+        m = m * b2 + g * (1 - b2)
+        return m * b1 + g * (1 - b1), m
+
+
 MUTANTS = [cls for cls in list(globals().values())
            if isinstance(cls, type) and issubclass(cls, _Mutant) and cls is not _Mutant]

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 CHECK_ORDER = ("lockstep", "trajectory", "counters", "schema", "roundtrip", "error")
 MATRIX_DTYPES = ("float32", "bfloat16")
 DEFAULT_SKIP_SCENARIOS = ("rank_skew",)
-TORCH_REFERENCES = ("torch.adamw.forloop", "torch.adam.forloop", "torch.adagrad.forloop", "torch.adamw.fused")
+TORCH_REFERENCES = ("torch.adamw.forloop", "torch.adam.forloop", "torch.adagrad.forloop", "torch.adamw.fused",
+                    "torch.sgd.forloop")
 
 
 @dataclass

@@ -15,7 +15,10 @@ PLAN = (("wd0.1", "single", "normal"), ("momentum", "two_groups", "tiny_grads"),
         ("wd0.1", "empty_group", "large_decay"), ("dampening", "rank_skew", "small_params"),
         ("nesterov", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
         ("plain", "scalar", "lr0"), ("nesterov", "many_shapes", "tiny_grads"),
-        ("dampening", "grad_none", "large_decay"), ("momentum", "scalar", "lr0_zero_grads"))
+        ("dampening", "grad_none", "large_decay"), ("momentum", "scalar", "lr0_zero_grads"),
+        # weight decay with momentum = 0 (every other decay row has momentum): exposes decay
+        # applied only inside the momentum branch (ml-explore/mlx #440, MLX440DecayOnlyWithMomentum)
+        ("plain", "single", "large_decay"))
 
 RECORDS = (CompareRecord("sgd", CONFIGS, PLAN, {"lr": 1e-2, "momentum": 0.9, "weight_decay": 0.1},
                          torch_class="torch.optim.SGD"),)
