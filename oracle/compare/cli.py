@@ -337,7 +337,7 @@ def _main(argv) -> int:
     finished = 0
     judge.export_env()
     try:
-        progress.start(job_label(work[0]))
+        progress.start(job_label(work[0]) if work else "")
         for n, (job, out) in enumerate(zip(work, execute(work, args, pool)), 1):
             finished = n
             got = rows(out)

@@ -161,10 +161,30 @@ def result_from_dict(row: dict):
         checks[name] = CheckResult(name, passed=c["passed"], compared=c["compared"],
                                    worst_ratio=_float(c["worst_ratio"]), worst_error=_float(c["worst_error_ulps"]),
                                    worst_bound=_float(c["worst_bound_ulps"]), power=_float(c["power"]),
-                                   unbounded=c["unbounded"], findings=findings, note=c["note"])
+                                   unbounded=c["unbounded"], findings=findings, note=c["note"],
+                                   series=_series(c.get("series")), histogram=_histogram(c.get("histogram")))
     return CaseResult(row["target"], row["case"], row["optimizer"], row["dtype"], _hparams(row["hparams"]), row["seed"],
                       row["steps"], status=row["status"], reason=row["reason"], checks=checks,
                       seconds=row["seconds"], repro=row["repro"])
+
+
+def _series(d) -> dict:
+    """report.json's columnar per-step series back into CheckResult.series (step -> [ratio, error, bound])."""
+    if not d:
+        return {}
+    return {k: [_float(r), _float(e), _float(b)]
+            for k, r, e, b in zip(d["step"], d["ratio"], d["error_ulps"], d["bound_ulps"])}
+
+
+def _histogram(d) -> dict:
+    """report.json's non-empty bins back into CheckResult.histogram (step -> counts per HIST_EDGES bin)."""
+    from .checks import HIST_EDGES
+    if not d:
+        return {}
+    counts = [0] * (len(HIST_EDGES) + 1)
+    for low, high, n in d["bins"]:
+        counts[0 if (low == 0 and high == 0) else HIST_EDGES.index(low) + 1] = n
+    return {d["step"]: counts}
 
 
 def load(path: str) -> dict:
