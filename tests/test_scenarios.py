@@ -123,6 +123,19 @@ def test_rank_skew_spawned_workers_find_the_target_by_name():
     assert r.status == "fail" and findings(r, "checkpoint")
 
 
+def test_rank_skew_spawned_workers_find_third_party_targets():
+    """A process with a default process group (a warm worker that ran a DeepSpeed engine job) spawns
+    its ranks instead of forking them; they must find any registry target by name, not only torch's
+    and ours (deepspeed.cpu_lion is an optimizer record's own target, bnb.* a third-party one)."""
+    from oracle.compare.registry import every_target
+    from oracle.compare.scenarios.rank_skew import target_spec
+    from oracle.compare.scenarios.rank_worker import find_target
+    for name in ("deepspeed.cpu_lion", "bnb.adam32bit", "torch.adamw.forloop"):
+        target = next(t for t in every_target() if t.name == name)
+        assert target_spec(target) == name
+        assert find_target(name, target.optimizer, target.convention).name == name
+
+
 def test_construction_catches_zero_grad_step_wrapper():
     """DeepSpeed #8910: the wrapper's constructor steps with zero grads (AdamW decay, counter 1)."""
     r = S.run_construction(TORCH["torch.adamw.forloop"], "cpu", 0, wrapper=M.ZeroGradStepWrapper)

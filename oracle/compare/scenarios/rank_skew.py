@@ -20,11 +20,12 @@ RANK_SKEW_STEPS = (3, 3)  # steps before the checkpoint, steps after resuming
 
 
 def target_spec(target) -> str | None:
-    """How a worker process finds the target again: a builtin name or an impl spec."""
+    """How a worker process finds the target again: a registry name (built-in, third-party or an
+    optimizer record's own) or an impl spec; None for a target the registry does not list."""
     if target.name.startswith("impl:"):
         return target.name
-    from ..registry import builtin_targets
-    return target.name if any(t.name == target.name for t in builtin_targets()) else None
+    from ..registry import every_target
+    return target.name if any(t.name == target.name for t in every_target()) else None
 
 
 @guarded

@@ -35,10 +35,10 @@ from .common import grad_values, tensor, values
 def find_target(spec: str, optimizer: str, convention):
     from dataclasses import replace
 
-    from ..registry import builtin_targets, load_impl
+    from ..registry import every_target, load_impl
     if spec.startswith("impl:"):
         return load_impl(spec[5:], optimizer=optimizer, convention=convention)
-    target = next(t for t in builtin_targets() if t.name == spec)
+    target = next(t for t in every_target() if t.name == spec)
     return replace(target, convention=convention)
 
 
