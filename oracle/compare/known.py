@@ -363,7 +363,7 @@ def classify(results, entries, versions: dict, device: str | None = None, source
         if j.matched:
             j.status = "known"
             j.reason = f"{len(j.matched)} failing check(s)"
-        elif j.judged_by and e_intermittent(j):
+        elif j.judged_by and j.entry.intermittent:
             j.status = "not run"
             j.reason = "intermittent: not seen in this run"
         elif j.judged_by:
@@ -540,10 +540,6 @@ def _default_entries(path: str) -> tuple:
         return ()
     vers = installed_versions({e.library for e in entries})
     return tuple(e for e in entries if applies(e, vers) is None)
-
-
-def e_intermittent(j) -> bool:
-    return j.entry.intermittent
 
 
 def note(target: str, check: str, case: str | None = None) -> str | None:
