@@ -61,12 +61,25 @@ class OptimizerSpec:
         return self.state_keys + extra
 
 
+def _declares_specs(info) -> bool:
+    """Whether a module of this package defines SPECS, read from its source without importing it:
+    the package also holds entry points (oracle.testing, oracle.pytest_plugin) whose imports
+    (pytest) a plain `import oracle` must not need."""
+    spec = info.module_finder.find_spec(info.name)
+    origin = getattr(spec, "origin", None)
+    try:
+        with open(origin, encoding="utf-8") as fh:
+            return "\nSPECS = " in fh.read()
+    except (OSError, TypeError):
+        return True  # no readable source: import it and look
+
+
 def registry() -> dict[str, OptimizerSpec]:
     """Every optimizer the specification defines, by name, in module order."""
     import oracle
     out: dict[str, OptimizerSpec] = {}
     for info in pkgutil.iter_modules(oracle.__path__):
-        if info.ispkg or info.name.startswith("_"):
+        if info.ispkg or info.name.startswith("_") or not _declares_specs(info):
             continue
         module = importlib.import_module(f"oracle.{info.name}")
         for spec in getattr(module, "SPECS", ()):

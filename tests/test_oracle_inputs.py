@@ -253,3 +253,14 @@ def test_bad_inv_scale_is_refused(name, inv_scale):
     with pytest.raises(ValueError, match=r"^scaling: inv_scale="):  # on a skipped step too
         oracle.step(name, params, grads, OptState.empty(params), [{}, {}],
                     scaling=oracle.GradScaling(inv_scale, found_inf=True))
+
+
+def test_import_oracle_needs_no_pytest():
+    """`import oracle` (the README's main job) must work where pytest is not installed: the
+    registry reads which modules define SPECS without importing the pytest plugin."""
+    import subprocess
+    import sys
+    code = "import sys; sys.modules['pytest'] = None; import oracle; print(sorted(oracle.SPECS))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "sgd" in done.stdout and "lion" in done.stdout
