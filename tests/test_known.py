@@ -48,7 +48,9 @@ def test_no_known_or_declared_lists_left_in_code():
 def repro_env(entry) -> dict:
     """The repro's environment: DeepSpeed's run on its CPU accelerator with the ops the harness built
     (the same TORCH_EXTENSIONS_DIR, so no script rebuilds them)."""
-    env = dict(os.environ)
+    # this worker may hold a live process group: its rendezvous settings must not reach the script
+    drop = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_SIZE"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     if entry.library == "deepspeed":
         from oracle.compare.targets.deepspeed import default_extensions_dir
         env.setdefault("DS_ACCELERATOR", "cpu")

@@ -13,13 +13,23 @@ one training step, then engine.save_checkpoint into a temporary folder.
 Exit 0 (reproduces): save_checkpoint raises KeyError; 1 otherwise. DS_ACCELERATOR defaults to cpu.
 """
 import os
+import socket
 import sys
 import tempfile
 
+
+def free_port() -> int:
+    """A port nobody holds now (a port derived from the pid can collide with a live store)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# a world of one in this process: inherited rendezvous settings (a live store's port) must not leak in
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
-for k, v in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(29500 + os.getpid() % 2000)), ("RANK", "0"),
+for k, v in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(free_port())), ("RANK", "0"),
              ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("LOCAL_SIZE", "1")):
-    os.environ.setdefault(k, v)
+    os.environ[k] = v
 
 import torch  # noqa: E402
 import deepspeed  # noqa: E402

@@ -93,6 +93,7 @@ import time
 from oracle.adagrad import DEEPSPEED_ADAGRAD
 from oracle.adam import AdamConvention
 
+from ..ranks import free_port
 from .base import EngineSpec, Target
 
 DEEPSPEED_VERSIONS = ">=0.19,<0.20"
@@ -415,7 +416,7 @@ def init_single_process(port: int | None = None) -> None:
     """torch.distributed with gloo, world size 1, in this process (idempotent)."""
     configure_env()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(port or 29500 + os.getpid() % 2000))
+    os.environ.setdefault("MASTER_PORT", str(port or free_port()))  # never pid-derived: it can collide
     for k, v in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("LOCAL_SIZE", "1")):
         os.environ.setdefault(k, v)
     import torch.distributed as tdist
