@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -43,6 +45,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", action="append", default=[], metavar="MODULE:NAME",
                    help="a user optimizer: a torch.optim.Optimizer subclass (or factory) with torch's constructor "
                         "signature; repeatable. When given, only these implementations run (plus --target ones)")
+    p.add_argument("--no-infer", dest="infer", action="store_false",
+                   help="judge an --impl by its declarations and the spec's defaults only; by default what it does "
+                        "not declare is inferred first (oracle.compare.infer) and the report prints the declaration")
     p.add_argument("--target", action="append", default=[], metavar="PATTERN",
                    help="built-in targets to run, by name or glob (e.g. 'torch.adamw.fused', 'fused.*'); "
                         "default: every available target for the chosen optimizers")
@@ -106,15 +111,22 @@ def version_text() -> str:
 def select_targets(args, optimizers, explicit_optimizer: bool):
     from . import registry as T
     chosen = []
+    args.inferred = []
     for spec in args.impl:
         problem = T.probe_import(spec, min(args.timeout, IMPORT_TIMEOUT))
         if problem:
             raise UsageError(problem)
+        optimizer = optimizers[0] if explicit_optimizer and len(optimizers) == 1 else None
         try:
-            chosen.append(T.load_impl(spec, optimizer=optimizers[0] if explicit_optimizer and len(optimizers) == 1
-                                      else None))
+            target = T.load_impl(spec, optimizer=optimizer, inferred=False)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
+        if getattr(args, "infer", True):
+            found = infer_impl(spec, target.optimizer, args)
+            if found is not None:
+                args.inferred.append(found)
+                target = T.load_impl(spec, optimizer=optimizer)
+        chosen.append(target)
     if args.target or not args.impl:
         picked = T.select(args.target or ["*"], optimizers, explicit=bool(args.target))
         if args.target and not picked:
@@ -122,6 +134,40 @@ def select_targets(args, optimizers, explicit_optimizer: bool):
                              f"{', '.join(t.name for t in T.every_target())}")
         chosen += picked
     return chosen
+
+
+INFER_TIMEOUT = 600.0  # fingerprinting an --impl: a few hundred short probe runs (capped by --timeout x 10)
+
+
+def infer_impl(spec: str, optimizer: str, args) -> dict | None:
+    """Fingerprint an --impl in its own interpreter (a crash or hang there costs the inference, not the
+    run): the inference as report.json records it, also exported to the worker processes; None when the
+    class declares everything, or inference could not run (said on stderr; the declarations then apply)."""
+    from .targets.declare import export
+    from .targets.user import fully_declared, resolve
+    if fully_declared(resolve(spec)):
+        return None
+    cmd = [sys.executable, "-m", "oracle.compare.infer", spec, "--optimizer", optimizer, "--device", args.device,
+           "--seed", str((args.seed or [0])[0]), "--json"]
+    print(f"inferring the conventions of {spec} (--no-infer to skip) ...", file=sys.stderr, flush=True)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=min(INFER_TIMEOUT, 10 * args.timeout),
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        found = json.loads(out.stdout)
+    except subprocess.TimeoutExpired:
+        print(f"warning: inferring {spec} did not finish in time; judging it by its declarations", file=sys.stderr)
+        return None
+    except ValueError:
+        tail = " ".join(out.stderr.strip().splitlines()[-1:])
+        print(f"warning: inferring {spec} failed (status {out.returncode}: {tail}); judging it by its declarations",
+              file=sys.stderr)
+        return None
+    if found.get("candidate"):
+        previous = json.loads(os.environ.get("ORACLE_INFERRED") or "{}")
+        export({**previous, spec: found["candidate"]})
+    from .infer import lines
+    print("\n".join(lines(found)), file=sys.stderr, flush=True)
+    return found
 
 
 def parse(argv):
@@ -375,6 +421,8 @@ def _finish(args, argv, judge, results, row_jobs, complete, t0, shard_meta, inte
     from .console import outcome
     known = judge.judge(results)
     extra = {"seconds": round(time.perf_counter() - t0, 2), "known": known}
+    if getattr(args, "inferred", None):
+        extra["inferred"] = args.inferred
     if shard_meta is not None:
         extra["shard"] = {**shard_meta, "rows": row_jobs}
     try:

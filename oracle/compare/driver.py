@@ -55,15 +55,24 @@ def jobs_for(target, dtypes, steps: int, seeds, case_pattern: str | None, scenar
     return work
 
 
-def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern: str | None = None):
-    """One matrix case (by name) or one scenario ("scenario:NAME"): a CaseResult or a list of them."""
+def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern: str | None = None,
+            teach: bool = True):
+    """One matrix case (by name) or one scenario ("scenario:NAME"): a CaseResult or a list of them.
+    teach: a failing matrix row says which single change of convention would make it pass
+    (oracle.compare.infer.teach; a few more runs of the case)."""
     if case_name.startswith(SCENARIO_PREFIX):
         from .scenarios import SCENARIOS
         sc = SCENARIOS[case_name[len(SCENARIO_PREFIX):]]
         return sc.run(target, device, seed, pattern=pattern) if sc.engine else sc.run(target, device, seed)
     from . import cases as C
+    from .infer import teach as explain_by_convention
     from .run import run_case
-    return run_case(target, C.find_case(case_name, steps), seed, device)
+    case = C.find_case(case_name, steps)
+    result = run_case(target, case, seed, device)
+    if teach and result.status == "fail" and not result.reason:
+        # which one legitimate convention would explain it (a few more runs, on failing rows only)
+        result.reason = explain_by_convention(target, case, seed, device)
+    return result
 
 
 def rows(result) -> list:

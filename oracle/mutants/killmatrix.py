@@ -128,7 +128,7 @@ def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int):
         return
     for _, job, _ in jobs_for(target, MATRIX_DTYPES, steps, [seed], None, scenario_names, matrix=True):
         prefix = f"{job.scenario}." if hasattr(job, "scenario") else ""
-        for r in rows(run_job(target, job.name, seed, steps, device)):
+        for r in rows(run_job(target, job.name, seed, steps, device, teach=False)):
             yield prefix, r
 
 

@@ -5,7 +5,9 @@ ORACLE_OPTIMIZER, never from the class name (NAdamW is not AdamW, AdamP is not
 Adam). Its conventions default to the spec's for that optimizer; class
 attributes declare others: ORACLE_CONVENTION, ORACLE_COMPUTE ("float32" or
 "storage"), ORACLE_MASTERS, ORACLE_STATE_DTYPE, ORACLE_DTYPES, ORACLE_DEVICES,
-ORACLE_OPTIONS and ORACLE_SCALING (step() takes inv_scale= and found_inf=).
+ORACLE_OPTIONS, ORACLE_SCALING (step() takes inv_scale= and found_inf=) and
+ORACLE_COUNTER_DTYPE ("float32": the step counter is a float32 and stops at 2**24).
+Whatever it does not declare is inferred (oracle.compare.infer) unless --no-infer.
 """
 from __future__ import annotations
 
@@ -124,18 +126,34 @@ def which_optimizer(spec: str, obj, optimizer: str | None) -> str:
     return name
 
 
-def load_impl(spec: str, optimizer: str | None = None, convention=None) -> Target:
+# class attribute -> the inference axis it fixes (oracle.compare.infer)
+DECLARED_AXES = {"ORACLE_CONVENTION": "convention", "ORACLE_COMPUTE": "compute", "ORACLE_STATE_DTYPE": "state_dtype",
+                 "ORACLE_MASTERS": "masters", "ORACLE_COUNTER_DTYPE": "counter_dtype"}
+COUNTER_DTYPES = ("int", "float32")
+
+
+def declared_axes(obj) -> dict:
+    """The conventions the class declares itself: inference leaves them as declared."""
+    return {axis: getattr(obj, attr) for attr, axis in DECLARED_AXES.items() if getattr(obj, attr, None) is not None}
+
+
+def fully_declared(obj) -> bool:
+    return set(declared_axes(obj)) >= {"convention", "compute", "state_dtype", "masters"}
+
+
+def load_impl(spec: str, optimizer: str | None = None, convention=None, inferred: bool = True) -> Target:
     """Build a target from 'package.module:Name' (an Optimizer subclass taking
     torch's constructor signature, or a factory returning one).
 
     The counter location is detected from state_dict() after the first step
-    (oracle.compare.readback); the remaining conventions are the spec's for
-    that optimizer unless the class declares `ORACLE_CONVENTION`.
+    (oracle.compare.readback); the remaining conventions are the class's declared
+    ones (ORACLE_*), then those inferred for it in this run (oracle.compare.infer,
+    passed to worker processes), then the spec's for that optimizer.
     """
-    return from_object(resolve(spec), spec, optimizer, convention)
+    return from_object(resolve(spec), spec, optimizer, convention, inferred)
 
 
-def from_object(obj, spec: str, optimizer: str | None = None, convention=None) -> Target:
+def from_object(obj, spec: str, optimizer: str | None = None, convention=None, inferred: bool = True) -> Target:
     """load_impl for an object in hand (oracle.testing): `spec` names it ('module:Name' where it is
     importable, so the repro command works)."""
     opt = which_optimizer(spec, obj, optimizer)
@@ -144,14 +162,21 @@ def from_object(obj, spec: str, optimizer: str | None = None, convention=None) -
     if options is None:
         params = inspect.signature(obj).parameters if callable(obj) else {}
         options = {o for o in oracle.SPECS[opt].options if o in params}
-    return Target(name=f"impl:{spec}", optimizer=opt, make=lambda groups, defaults: obj(groups, **defaults),
-                  convention=conv, devices=tuple(getattr(obj, "ORACLE_DEVICES", ("cpu", "cuda"))),
-                  dtypes=tuple(getattr(obj, "ORACLE_DTYPES", ("float32", "bfloat16", "float16"))),
-                  compute=getattr(obj, "ORACLE_COMPUTE", "float32"),
-                  masters=getattr(obj, "ORACLE_MASTERS", False), options=frozenset(options),
-                  state_dtype=getattr(obj, "ORACLE_STATE_DTYPE", "param"),
-                  scaling=scaled_step_kwargs if getattr(obj, "ORACLE_SCALING", False) else None,
-                  notes=f"user optimizer {spec}")
+    counter_dtype = getattr(obj, "ORACLE_COUNTER_DTYPE", None) or "int"
+    if counter_dtype not in COUNTER_DTYPES:
+        raise ValueError(f"--impl {spec}: ORACLE_COUNTER_DTYPE must be one of {COUNTER_DTYPES}, got {counter_dtype!r}")
+    from .declare import FLOAT32_COUNTER, apply, imported
+    target = Target(name=f"impl:{spec}", optimizer=opt, make=lambda groups, defaults: obj(groups, **defaults),
+                    convention=conv, devices=tuple(getattr(obj, "ORACLE_DEVICES", ("cpu", "cuda"))),
+                    dtypes=tuple(getattr(obj, "ORACLE_DTYPES", ("float32", "bfloat16", "float16"))),
+                    compute=getattr(obj, "ORACLE_COMPUTE", "float32"),
+                    masters=getattr(obj, "ORACLE_MASTERS", False), options=frozenset(options),
+                    state_dtype=getattr(obj, "ORACLE_STATE_DTYPE", "param"),
+                    scaling=scaled_step_kwargs if getattr(obj, "ORACLE_SCALING", False) else None,
+                    declared=(FLOAT32_COUNTER,) if counter_dtype == "float32" else (),
+                    notes=f"user optimizer {spec}")
+    cand = imported(spec) if inferred and convention is None else None
+    return apply(target, cand) if cand is not None else target
 
 
-__all__ = ["from_object", "load_impl", "probe_import", "resolve", "which_optimizer"]
+__all__ = ["declared_axes", "from_object", "fully_declared", "load_impl", "probe_import", "resolve", "which_optimizer"]

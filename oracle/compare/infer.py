@@ -1,0 +1,322 @@
+"""Convention inference: which legitimate convention does an undeclared optimizer follow?
+
+An implementation that declares nothing is fingerprinted before it is judged. The candidates are a
+finite, named set: every preset of its optimizer in oracle.compare.targets.conventions (the library
+conventions), crossed with the counter locations, then with the precision axes (compute arithmetic,
+state dtype, FP32 masters) and the counter's dtype. The probes are short runs of the case matrix's own
+rows, whose inputs were designed so that two conventions differ by far more than the derived bound
+(tiny grads for eps placement, lr*wd = 0.05 for the decay form, early steps for bias correction,
+bf16/fp16 params for the arithmetic); the long-horizon scenario probes the counter's dtype.
+
+A candidate is accepted only if it explains every probe; the first one in the catalog's order wins
+and the others that also explain every probe are listed. Within the precision axes the strictest
+(float32 arithmetic, state in the param's dtype, no masters) is tried first, so a looser model never
+hides what a tighter one would catch. An implementation no candidate explains is judged against the
+nearest one (fewest unexplained probes), and the report names it with the probes that separate it.
+
+Inference cannot explain away a defect: the candidates are conventions real libraries follow, every
+one is judged by the same checks with the same bounds, and the verdict on the full matrix comes after.
+
+    python -m oracle.compare.infer MODULE:NAME --optimizer adamw      # print the inferred declaration
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field, fields, replace
+
+from .targets.declare import FLOAT32_COUNTER, Candidate, apply, declaration
+
+# (compute, state_dtype, masters), strictest first: float32 arithmetic is checked against a bound a
+# storage-arithmetic model would widen by orders of magnitude.
+PRECISIONS = (("float32", "param", False), ("float32", "float32", False), ("float32", "float32", True),
+              ("float32", "param", True), ("storage", "param", False))
+COUNTERS = ("param", "group")
+PROBE_STEPS = 4          # early steps: bias corrections are far from 1
+PROBE_CHECKS = ("lockstep", "trajectory", "counters", "schema")
+# probes run first: they separate most presets at the first case
+FIRST_REGIMES = ("large_decay", "tiny_grads", "normal")
+LOW_PRECISION_REGIMES = ("normal", "large_decay", "tiny_grads", "small_params")
+AXES = ("preset", "counter", "compute", "state_dtype", "masters", "counter_dtype")
+
+
+@dataclass
+class Probe:
+    name: str
+    passed: bool
+    finding: str = ""
+
+
+@dataclass
+class Inference:
+    """What inference concluded about one target."""
+
+    target: str
+    optimizer: str
+    chosen: Candidate | None = None      # explains every probe
+    nearest: Candidate | None = None     # when none does: the fewest unexplained probes
+    separating: list = field(default_factory=list)  # Probes the nearest fails
+    also: list = field(default_factory=list)        # other candidates explaining every probe (labels)
+    tried: int = 0
+    probes: int = 0
+    seconds: float = 0.0
+    declared: tuple = ()                 # axes the target declared (not inferred)
+
+    @property
+    def used(self) -> Candidate | None:
+        return self.chosen or self.nearest
+
+    def to_json(self) -> dict:
+        used = self.used
+        return {"target": self.target, "optimizer": self.optimizer, "explained": self.chosen is not None,
+                "candidate": used.to_json() if used else None, "label": used.label() if used else None,
+                "declaration": declaration(self.optimizer, used) if used else None,
+                "separating": [{"probe": p.name, "finding": p.finding} for p in self.separating],
+                "also_consistent": list(self.also), "declared_axes": list(self.declared),
+                "candidates_tried": self.tried, "probe_runs": self.probes, "seconds": round(self.seconds, 2)}
+
+    def lines(self) -> list[str]:
+        return lines(self.to_json())
+
+
+def lines(d: dict) -> list[str]:
+    """An inference (as report.json records it) for a person: the convention and how to declare it, or
+    the nearest convention and the probes that separate it."""
+    if d["explained"]:
+        out = [f"{d['target']}: inferred convention {d['label']} ({d['probe_runs']} probe runs over "
+               f"{d['candidates_tried']} candidates, {d['seconds']:.1f} s); to declare it, add to the class:"]
+        out += ["    " + line for line in d["declaration"].splitlines()]
+        if d["also_consistent"]:
+            out.append(f"  also consistent with every probe: {', '.join(d['also_consistent'])}")
+        return out
+    if not d["candidate"]:
+        return [f"{d['target']}: no candidate convention could be tried"]
+    out = [f"{d['target']}: NO known convention explains it; judged against the nearest, {d['label']}, "
+           f"which these probes separate from it:"]
+    out += [f"    {p['probe']}: {p['finding']}" for p in d["separating"][:5]]
+    if len(d["separating"]) > 5:
+        out.append(f"    ... and {len(d['separating']) - 5} more")
+    return out
+
+
+# --- probes --------------------------------------------------------------------------------------
+
+def probe_cases(target, dtypes) -> list:
+    """The matrix rows, shortened to PROBE_STEPS, that the target can run, discriminating ones first."""
+    from . import cases as C
+    out = []
+    for dtype in dtypes:
+        if dtype not in target.dtypes:
+            continue
+        rows = [c for c in C.cases(target.optimizer, (dtype,), PROBE_STEPS) if c.options <= target.options]
+        if dtype != "float32":
+            rows = [c for c in rows if c.regime in LOW_PRECISION_REGIMES]
+        rank = {r: i for i, r in enumerate(FIRST_REGIMES)}
+        out += sorted(rows, key=lambda c: rank.get(c.regime, len(rank)))
+    return out
+
+
+def run_probe(target, case, seed: int, device: str) -> Probe:
+    from .explain import describe
+    from .run import run_case
+    res = run_case(target, case, seed, device, checks=PROBE_CHECKS)
+    if res.status == "pass":
+        return Probe(case.name, True)
+    return Probe(case.name, False, res.reason if res.status == "error" else describe(res))
+
+
+def explains(target, probes, seed: int, device: str, stop_early: bool = True, runs: list | None = None) -> list:
+    """The probes `target` fails (at most one when stop_early); `runs` counts the probe runs."""
+    failed = []
+    for case in probes:
+        p = run_probe(target, case, seed, device)
+        if runs is not None:
+            runs.append(case.name)
+        if not p.passed:
+            failed.append(p)
+            if stop_early:
+                break
+    return failed
+
+
+# --- candidates ----------------------------------------------------------------------------------
+
+def conventions_for(optimizer: str, declared_conv=None) -> list[tuple[str, object]]:
+    """(preset, convention) for every catalog preset of `optimizer` and counter location; a declared
+    convention is the only one (its counter is declared too)."""
+    if declared_conv is not None:
+        from .targets.conventions import named
+        return [(named(optimizer, declared_conv) or "declared", declared_conv)]
+    from .targets.conventions import catalog
+    out, seen = [], set()
+    for name, (opt, conv) in catalog().items():
+        if opt != optimizer:
+            continue
+        for counter in dict.fromkeys((conv.counter, *COUNTERS)):
+            c = replace(conv, counter=counter)
+            if c not in seen:
+                seen.add(c)
+                out.append((name, c))
+    return out
+
+
+def precisions(declared: dict) -> list[tuple]:
+    keep = [(c, s, m) for c, s, m in PRECISIONS
+            if declared.get("compute", c) == c and declared.get("state_dtype", s) == s
+            and declared.get("masters", m) == m]
+    return keep or [(declared.get("compute", "float32"), declared.get("state_dtype", "param"),
+                     declared.get("masters", False))]
+
+
+def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = None) -> Inference:
+    """Fingerprint `target` (its declared axes fixed; see module docstring)."""
+    t0 = time.perf_counter()
+    declared = declared or {}
+    inf = Inference(target.name, target.optimizer, declared=tuple(sorted(declared)))
+    fp32 = probe_cases(target, ("float32",))
+    low = probe_cases(target, ("bfloat16", "float16"))
+    compute0, state0, masters0 = precisions(declared)[0]
+
+    runs: list = []
+
+    def judge(cand, probes):
+        inf.tried += 1
+        return explains(apply(target, cand), probes, seed, device, runs=runs)
+
+    # 1. the arithmetic convention, on float32 probes (where the precision axes do not matter)
+    passing, scored = [], []
+    for preset, conv in conventions_for(target.optimizer, declared.get("convention")):
+        cand = Candidate(preset, conv, compute0, state0, masters0)
+        failed = judge(cand, fp32)
+        if failed:
+            scored.append((cand, failed))
+        else:
+            passing.append(cand)
+    if not passing:
+        inf.nearest, inf.separating = nearest(target, scored, fp32, seed, device, runs)
+        return done(inf, runs, t0)
+    best = passing[0]
+    inf.also = [c.label() for c in passing[1:]]
+    # 2. the precision axes, on bf16/fp16 probes
+    chosen = None
+    tried_low = []
+    for compute, state, masters in precisions(declared):
+        cand = replace(best, compute=compute, state_dtype=state, masters=masters)
+        failed = judge(cand, low) if low else []
+        if not failed:
+            chosen = cand
+            break
+        tried_low.append((cand, failed))
+    if chosen is None:
+        inf.nearest, inf.separating = nearest(target, tried_low, low, seed, device, runs)
+        return done(inf, runs, t0)
+    # 3. the counter's dtype: a float32 counter stops at 2**24 (long-horizon scenario)
+    dtype = declared.get("counter_dtype") or counter_dtype(target, chosen, seed, device)
+    inf.chosen = replace(chosen, counter_dtype=dtype)
+    return done(inf, runs, t0)
+
+
+def done(inf: Inference, runs: list, t0: float) -> Inference:
+    inf.probes, inf.seconds = len(runs), time.perf_counter() - t0
+    return inf
+
+
+def nearest(target, scored, probes, seed, device, runs):
+    """Of (candidate, failed probes) pairs, each stopped at its first failing probe: the one that got
+    furthest through the probes (the first in catalog order on a tie), with every probe it fails."""
+    order = [c.name for c in probes]
+    cand = max(scored, key=lambda cf: order.index(cf[1][0].name))[0]
+    return cand, explains(apply(target, cand), probes, seed, device, stop_early=False, runs=runs)
+
+
+def counter_dtype(target, cand: Candidate, seed: int, device: str) -> str:
+    """"float32" when the counter stops at exactly 2**24 and nothing else in the long-horizon
+    scenario differs; "int" otherwise (a counter failing elsewhere stays a failure)."""
+    from .scenarios.long_horizon import run_long_horizon
+    res = run_long_horizon(apply(target, cand), device, seed)
+    if res.status == "pass" or res.status != "fail":
+        return "int"
+    failing = {n for n, c in res.checks.items() if not c.passed}
+    if failing != {FLOAT32_COUNTER[0]}:
+        return "int"
+    stuck = all(f.got == 2 ** 24 for f in res.checks[FLOAT32_COUNTER[0]].findings if f.got is not None)
+    if not stuck:
+        return "int"
+    again = run_long_horizon(apply(target, replace(cand, counter_dtype="float32")), device, seed)
+    return "float32" if again.status == "pass" else "int"
+
+
+# --- failing rows that teach -----------------------------------------------------------------------
+
+ATTRS = {"compute": "ORACLE_COMPUTE", "state_dtype": "ORACLE_STATE_DTYPE", "masters": "ORACLE_MASTERS"}
+AXIS_WORDS = {("compute", "storage"): "storage-dtype arithmetic (every operation rounded to the param dtype)",
+              ("compute", "float32"): "float32 arithmetic", ("state_dtype", "float32"): "float32 state",
+              ("state_dtype", "param"): "state in the param's dtype", ("masters", True): "FP32 master weights",
+              ("masters", False): "no master weights"}
+
+
+def single_axis_changes(target, dtype: str) -> list[tuple[str, object, object]]:
+    """(axis, value, target judged with that one axis changed), for every axis of the target's convention
+    and the precision axes, the values real implementations use (the catalog's) and no others."""
+    from .targets.conventions import catalog
+    out = []
+    if dtype != "float32":
+        out.append(("compute", "storage" if target.compute == "float32" else "float32", None))
+        out.append(("state_dtype", "float32" if target.state_dtype == "param" else "param", None))
+        out.append(("masters", not target.masters, None))
+    out = [(axis, value, replace(target, **{axis: value})) for axis, value, _ in out]
+    conv = target.convention
+    for f in fields(conv):
+        values = [getattr(c, f.name) for opt, c in catalog().values() if type(c) is type(conv)]
+        if isinstance(getattr(conv, f.name), bool):
+            values.append(not getattr(conv, f.name))
+        for value in dict.fromkeys(values):
+            if value != getattr(conv, f.name):
+                out.append((f"convention.{f.name}", value, replace(target, convention=replace(conv, **{f.name: value}))))
+    return out
+
+
+def teach(target, case, seed: int, device: str) -> str:
+    """For a failing matrix row: the single-axis change of convention under which the same case passes
+    every check, in words a person can act on; "" when none does."""
+    from .run import run_case
+    for axis, value, alt in single_axis_changes(target, case.dtype):
+        if run_case(alt, case, seed, device, checks=PROBE_CHECKS).status != "pass":
+            continue
+        if axis.startswith("convention."):
+            name = axis.split(".", 1)[1]
+            return (f"passes with {name}={value!r} instead of {getattr(target.convention, name)!r}; declare "
+                    f"ORACLE_CONVENTION = {type(target.convention).__module__}."
+                    f"{replace(target.convention, **{name: value})!r} if intended")
+        words = AXIS_WORDS.get((axis, value), f"{axis}={value!r}")
+        return f"passes as {words}; declare {ATTRS[axis]} = {value!r} if intended"
+    return ""
+
+
+# --- command line ----------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m oracle.compare.infer",
+                                description="Fingerprint an optimizer and print the convention it follows.")
+    p.add_argument("impl", metavar="MODULE:NAME")
+    p.add_argument("--optimizer", default=None)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = p.parse_args(argv)
+    from .targets.user import declared_axes, load_impl, resolve
+    try:
+        target = load_impl(args.impl, optimizer=args.optimizer, inferred=False)
+        declared = declared_axes(resolve(args.impl))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    inf = infer(target, args.device, args.seed, declared=declared)
+    print(json.dumps(inf.to_json(), indent=1) if args.json else "\n".join(inf.lines()))
+    return 0 if inf.chosen is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
