@@ -75,6 +75,7 @@ class Row:
     cases: int = 0
     seconds: float = 0.0
     repro: str = ""
+    inferred: str = ""   # --undeclared: the convention inference chose (or "nearest: ...")
 
 
 def entries() -> list[Entry]:
@@ -118,11 +119,23 @@ def _finding_dict(f, case: str) -> dict:
             "bound_ulps": _num(f.bound_ulps), "detail": f.detail}
 
 
-def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int):
+def undeclared_target(entry: Entry, device: str, seed: int):
+    """The entry's target with its conventions not declared but inferred (oracle.compare.infer), as an
+    outside optimizer that declares nothing is judged: (target, what inference chose)."""
+    from oracle.compare.infer import infer
+    from oracle.compare.targets.declare import apply
+    target = entry.target()
+    inf = infer(target, device, seed)
+    if inf.used is None:
+        return target, "no candidate"
+    return apply(target, inf.used), (inf.used.label() if inf.chosen else f"nearest: {inf.used.label()}")
+
+
+def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int, target=None):
     """(check prefix, CaseResult) for every case and scenario of the suite, planned and
     run by the CLI's own driver (oracle.compare.driver)."""
     from oracle.compare.driver import jobs_for, rows, run_job
-    target = entry.target()
+    target = target or entry.target()
     if entry.wrapper is not None:
         yield "construction.", _scenarios().run_construction(target, device, seed, wrapper=entry.wrapper)
         return
@@ -132,7 +145,8 @@ def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int):
             yield prefix, r
 
 
-def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=None, steps: int = 20) -> Row:
+def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=None, steps: int = 20,
+              undeclared: bool = False) -> Row:
     from oracle.compare.report import repro_command
     row = Row(entry)
     if entry.gpu_only and not device.startswith("cuda"):
@@ -143,7 +157,10 @@ def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=N
         scenario_names = [n for n in (sc.SCENARIOS if sc else ()) if n not in DEFAULT_SKIP_SCENARIOS]
     t0 = time.perf_counter()
     first_rank = None
-    for prefix, r in _results(entry, device, seed, scenario_names, steps):
+    target = None
+    if undeclared and entry.cls is not None and entry.wrapper is None:
+        target, row.inferred = undeclared_target(entry, device, seed)
+    for prefix, r in _results(entry, device, seed, scenario_names, steps, target):
         row.cases += 1
         for name, c in r.checks.items():
             if c.passed:
@@ -183,14 +200,15 @@ def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=N
 
 def _run_named(args):
     import torch
-    name, device, seed, scenario_names, steps = args
+    name, device, seed, scenario_names, steps, undeclared = args
     torch.set_num_threads(1)  # one entry per core
     entry = next(e for e in entries() if e.name == name)
-    return run_entry(entry, device, seed, scenario_names, steps)
+    return run_entry(entry, device, seed, scenario_names, steps, undeclared)
 
 
-def run_all(selected: list[Entry], device="cpu", seed=0, scenario_names=None, steps=20, jobs=2, progress=None):
-    work = [(e.name, device, seed, scenario_names, steps) for e in selected]
+def run_all(selected: list[Entry], device="cpu", seed=0, scenario_names=None, steps=20, jobs=2, progress=None,
+            undeclared: bool = False):
+    work = [(e.name, device, seed, scenario_names, steps, undeclared) for e in selected]
     if jobs <= 1:
         rows = []
         for w in work:
@@ -283,7 +301,7 @@ def to_json(rows, meta) -> dict:
         "provenance": r.entry.provenance, "description": r.entry.description, "expect": list(r.entry.expect),
         "gpu_only": r.entry.gpu_only, "verdict": r.verdict, "caught": r.caught, "known": r.known,
         "first_case": r.first_case, "first": r.first, "findings": r.findings, "cases": r.cases,
-        "seconds": round(r.seconds, 2), "repro": r.repro} for r in rows]}
+        "seconds": round(r.seconds, 2), "repro": r.repro, "inferred": r.inferred} for r in rows]}
 
 
 def markdown(rows, meta) -> str:
@@ -331,6 +349,9 @@ def parser():
     p.add_argument("--report-dir", default=os.path.join("reports", "mutants"))
     p.add_argument("--no-report", action="store_true", help="print only; write no files")
     p.add_argument("--list", action="store_true", help="list the catalog and exit")
+    p.add_argument("--undeclared", action="store_true",
+                   help="judge every mutant and control as an optimizer that declares no convention: inferred "
+                        "first (oracle.compare.infer), as --impl does; a mutant inference explains is SURVIVED")
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -364,13 +385,14 @@ def main(argv=None) -> int:
 
     def progress(row):
         if not args.quiet:
-            print(f"  {row.verdict:14s} {row.entry.name} ({row.seconds:.1f}s)", file=sys.stderr, flush=True)
+            print(f"  {row.verdict:14s} {row.entry.name} ({row.seconds:.1f}s)"
+                  + (f" inferred: {row.inferred}" if row.inferred else ""), file=sys.stderr, flush=True)
 
-    rows = run_all(selected, args.device, args.seed, names, args.steps, args.jobs, progress)
+    rows = run_all(selected, args.device, args.seed, names, args.steps, args.jobs, progress, args.undeclared)
     from oracle.compare.report import atomic_write, versions
     meta = {"schema": "optimizer-oracle-killmatrix/1", "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": " ".join(["python -m oracle.mutants", *argv]), "device": args.device, "seed": args.seed,
-            "steps": args.steps, "scenarios": names,
+            "steps": args.steps, "scenarios": names, "undeclared": args.undeclared,
             "versions": ", ".join(f"{k} {v}" for k, v in versions().items()),
             "seconds": round(time.perf_counter() - t0, 1)}
     print(table(rows))

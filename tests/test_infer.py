@@ -1,0 +1,102 @@
+"""Convention inference (oracle.compare.infer): an optimizer that declares nothing is judged fairly,
+and inference never explains a defect away."""
+import json
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+
+from oracle.compare import infer as I
+from oracle.compare.cli import main
+from oracle.compare.registry import builtin_targets
+from oracle.compare.targets.declare import ENV, Candidate, apply, imported
+from oracle.compare.targets.user import load_impl
+
+TORCH = [("torch.optim:AdamW", "adamw"), ("torch.optim:Adam", "adam"), ("torch.optim:Adagrad", "adagrad")]
+
+
+def builtin(name):
+    return next(t for t in builtin_targets() if t.name == name)
+
+
+@pytest.mark.parametrize("spec,optimizer", TORCH)
+def test_torch_classes_are_inferred_as_torch_forloop(spec, optimizer):
+    """torch's own classes, undeclared, come out with exactly the conventions the built-in
+    torch.<opt>.forloop target declares (convention, arithmetic, state dtype, float32 counter)."""
+    inf = I.infer(load_impl(spec, optimizer=optimizer, inferred=False))
+    assert inf.chosen is not None, inf.lines()
+    ref = builtin(f"torch.{optimizer}.forloop")
+    judged = apply(load_impl(spec, optimizer=optimizer, inferred=False), inf.chosen)
+    assert judged.convention == ref.convention
+    assert (judged.compute, judged.state_dtype, judged.masters) == (ref.compute, ref.state_dtype, ref.masters)
+    assert dict(judged.declared).keys() >= {"counters@16777216"} and "counters@16777216" in dict(ref.declared)
+    text = "\n".join(inf.lines())
+    assert "ORACLE_COMPUTE = 'storage'" in text and "ORACLE_COUNTER_DTYPE = 'float32'" in text
+
+
+def test_declared_axes_win(monkeypatch):
+    """A class that declares its arithmetic keeps it: inference only fills what is not declared."""
+    class Declared(torch.optim.AdamW):
+        ORACLE_OPTIMIZER = "adamw"
+        ORACLE_COMPUTE = "float32"
+    from oracle.compare.targets.user import declared_axes, from_object
+    target = from_object(Declared, "x:Declared", inferred=False)
+    inf = I.infer(target, declared=declared_axes(Declared))
+    # float32 arithmetic is not what torch's forloop does on bf16: no candidate may change it
+    assert inf.chosen is None and inf.nearest.compute == "float32"
+    assert any("bf16" in p.name or "fp16" in p.name for p in inf.separating)
+
+
+def test_a_defect_is_not_explained_away():
+    """eps inside the sqrt is no library's AdamW convention: inference names the nearest one and the
+    probes that separate it, and the probes are tiny-grad ones (where eps placement shows)."""
+    inf = I.infer(load_impl("tests.broken.adamw:EpsInsideAdamW", optimizer="adamw", inferred=False))
+    assert inf.chosen is None
+    assert any("tiny_grads" in p.name for p in inf.separating)
+    assert all(p.finding for p in inf.separating)
+    assert "NO known convention explains it" in inf.lines()[0]
+
+
+def test_candidate_round_trips_through_the_environment(monkeypatch):
+    cand = Candidate("torch.adamw", builtin("torch.adamw.forloop").convention, "storage", "param", False, "float32")
+    monkeypatch.setenv(ENV, json.dumps({"m:X": cand.to_json()}))
+    assert imported("m:X") == cand and imported("m:Y") is None
+
+
+def test_teach_names_the_single_axis_that_explains_a_failing_row():
+    """torch's forloop AdamW judged as float32 arithmetic fails in bf16; the row says storage
+    arithmetic would explain it, and how to declare that."""
+    from oracle.compare.cases import find_case
+    target = replace(builtin("torch.adamw.forloop"), compute="float32")
+    hint = I.teach(target, find_case("adamw/bf16/wd0.1/single/normal"), 0, "cpu")
+    assert "storage-dtype arithmetic" in hint and "ORACLE_COMPUTE = 'storage'" in hint
+
+
+def test_teach_finds_nothing_for_a_defect():
+    from oracle.compare.cases import find_case
+    target = load_impl("tests.broken.adamw:OffByOneAdamW", optimizer="adamw", inferred=False)
+    assert I.teach(target, find_case("adamw/fp32/wd0.1/single/normal"), 0, "cpu") == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec,optimizer", TORCH)
+def test_undeclared_torch_class_passes_every_dtype_and_scenario(tmp_path, spec, optimizer, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    code = main(["--impl", spec, "--optimizer", optimizer, "--report-dir", str(tmp_path), "--quiet",
+                 "--scenario", "all"])
+    doc = json.loads((tmp_path / "report.json").read_text())
+    bad = [(r["case"], r["reason"]) for r in doc["results"] if r["status"] in ("fail", "error")]
+    assert code == 0, bad[:3]
+    assert {r["dtype"] for r in doc["results"] if r["status"] == "pass"} >= {"float32", "bfloat16", "float16"}
+    [found] = doc["inferred"]
+    assert found["explained"] and found["candidate"]["compute"] == "storage"
+    assert os.environ.get(ENV) is None or spec in json.loads(os.environ[ENV])
+
+
+def test_no_infer_keeps_the_declarations(tmp_path):
+    code = main(["--impl", "torch.optim:AdamW", "--optimizer", "adamw", "--no-infer", "--report-dir", str(tmp_path),
+                 "--quiet", "--scenario", "none", "--case", "adamw/bf16/wd0.1/single/normal"])
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert code == 1 and "inferred" not in doc
+    assert "declare ORACLE_COMPUTE = 'storage' if intended" in doc["results"][0]["reason"]
