@@ -14,8 +14,16 @@ order (Duchi et al. 2011; torch.optim.Adagrad's order of operations):
                                                oracle/compare/targets/deepspeed.py)
     std <- sqrt(h) + eps                       eps_mode="outside"  (torch, apex, DeepSpeed)
            sqrt(h + eps)                       eps_mode="inside"   (optax: rsqrt(h + eps))
-    p   <- p - clr * g/std                     decay "l2" and "accumulator" (raw g in the numerator)
-    p   <- p - clr * (g/std + wd*p)            decay="decoupled"   (apex adagrad_w_mode)
+    q   <- g/std                               zero_accumulator="divide" (torch, apex, DeepSpeed)
+           g/std where h > 0, else 0           zero_accumulator="zero"   (optax scale_by_rss:
+                                               where(h > 0, rsqrt(h + eps), 0) * g)
+    p   <- p - clr * q                         decay "l2" and "accumulator" (raw g in the numerator)
+    p   <- p - clr * (q + wd*p)                decay="decoupled"   (apex adagrad_w_mode)
+
+The two zero_accumulator rules differ only where h = 0 exactly: there g = 0
+too unless g^2 underflowed (|g| below about 1e-162 in float64), so "divide"
+gives 0/std = 0 for eps > 0 but g/sqrt(eps) for an underflowed g, and 0/0 =
+NaN for eps = 0; "zero" gives 0 in every case.
 
 torch creates `sum` (and its counter) for every param in __init__; that is a
 state-schema matter for the harness. Here a param's accumulator is created
@@ -32,6 +40,7 @@ from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "accumulator")
 EPS_MODES = ("outside", "inside")
+ZERO_ACCUMULATORS = ("divide", "zero")
 
 
 @dataclass(frozen=True)
@@ -42,17 +51,20 @@ class AdagradConvention:
     eps_mode: str = "outside"
     counter: str = "param"
     fp32_hparams: bool = False
+    zero_accumulator: str = "divide"
+    counter_format: str = "exact"
 
     def __post_init__(self):
-        if self.decay not in DECAYS:
-            raise ValueError(f"decay must be one of {DECAYS}, got {self.decay!r}")
-        if self.eps_mode not in EPS_MODES:
-            raise ValueError(f"eps_mode must be one of {EPS_MODES}, got {self.eps_mode!r}")
-        check_counter(self.counter)
+        for name, allowed in (("decay", DECAYS), ("eps_mode", EPS_MODES), ("zero_accumulator", ZERO_ACCUMULATORS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        check_counter(self.counter, self.counter_format)
 
 
 TORCH_ADAGRAD = AdagradConvention()
-OPTAX_ADAGRAD = AdagradConvention(eps_mode="inside")
+# optax.adagrad 0.2.8 (scale_by_rss + scale_by_learning_rate): no lr decay and no
+# weight decay of its own (chain add_decayed_weights first: decay="l2").
+OPTAX_ADAGRAD = AdagradConvention(eps_mode="inside", zero_accumulator="zero")
 ACCUMULATOR_DECAY_ADAGRAD = AdagradConvention(decay="accumulator")
 # DeepSpeedCPUAdagrad 0.19.8 as measured: torch's L2 form, hyperparameters held as float32.
 DEEPSPEED_ADAGRAD = AdagradConvention(decay="l2", fp32_hparams=True)
@@ -86,17 +98,25 @@ def update(p, g, st, hp, t, conv: AdagradConvention):
     acc_g = g + wd * p if conv.decay == "accumulator" else g
     h = st["sum"] = h + acc_g * acc_g
     std = np.sqrt(h) + eps if conv.eps_mode == "outside" else np.sqrt(h + eps)
-    u = g / std
+    u = scaled(g, h, std, conv.zero_accumulator)
     if conv.decay == "decoupled":
         u = u + wd * p
     return p - clr * u, st
+
+
+def scaled(g, h, std, zero_accumulator: str):
+    """g/std, or optax's rule: 0 where the accumulator is exactly 0."""
+    if zero_accumulator == "divide":
+        return g / std
+    with np.errstate(divide="ignore", invalid="ignore"):  # the branch np.where discards
+        return np.where(h > 0, g / std, 0.0)
 
 
 def step(params, grads, state: OptState, hparams, conv: AdagradConvention = TORCH_ADAGRAD,
          scaling: GradScaling | None = None):
     hps = validate(hparams)
     return drive(params, grads, state, hps, conv.counter, scaling,
-                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv))
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv), conv.counter_format)
 
 
 SPECS = (OptimizerSpec(name="adagrad", step=step, validate=validate, convention=TORCH_ADAGRAD, state_keys=("sum",), defaults=DEFAULTS,

@@ -8,23 +8,49 @@ order (Kingma & Ba 2015, Algorithm 1; Loshchilov & Hutter 2019 for AdamW):
     p  <- p * (1 - lr*wd)                      decay="decoupled"   (torch AdamW)
     m  <- b1*m + (1-b1)*g
     v  <- b2*v + (1-b2)*g^2
-    v' <- max(v'_prev, v) if amsgrad else v    (running max of the raw v, as torch)
-    bc1, bc2 = 1-b1^t, 1-b2^t   (both 1 when bias_correction is off)
-    denom:
+    bc1, bc2 = 1-b1^t, 1-b2^t   (both 1 when bias_correction is off;
+                                 bc2 = 1 alone when bias_correction_v is off:
+                                 m corrected, v not, optax's bias_correction_nu=False)
+    amsgrad (the state max_exp_avg_sq holds vmax):
+        amsgrad_form="max_raw"        vmax <- max(vmax, v); v' = vmax, corrected by bc2 below  (torch)
+        amsgrad_form="max_corrected"  vmax <- max(vmax, v/bc2); v' = vmax, bc2 := 1 below     (optax)
+    denom (eps_root: a hyperparameter, default 0):
         eps_mode="outside"            sqrt(v')/sqrt(bc2) + eps      (torch)
-        eps_mode="outside_corrected"  sqrt(v'/bc2) + eps            (apex, TE, DeepSpeed FusedAdam)
+        eps_mode="outside_corrected"  sqrt(v'/bc2 + eps_root) + eps (apex, TE, DeepSpeed FusedAdam;
+                                                                     optax with its eps_root)
         eps_mode="inside"             sqrt(v'/bc2 + eps)
-    u  <- (m/bc1) / denom
-    u  <- u + wd*p                             decay="decoupled_update" (apex/TE adam_w_mode:
-                                               the decay joins the update, scaled by lr with it)
+        eps_root != 0 is refused under "outside" and "inside": no implementation combines
+        them, and a combined form would be a guess. With eps_root = 0 nothing is added.
+    m' (momentum):
+        momentum="plain"              m/bc1
+        momentum="nesterov"           b1*m/(1 - b1^(t+1)) + (1-b1)*g/bc1
+                                      (Dozat 2016; optax nadam/nadamw: scale_by_adam(nesterov=True))
+    u  <- m' / denom
+    u  <- u + wd*p                             decay="decoupled_update" (apex/TE adam_w_mode, optax
+                                               adamw: the decay joins the update, scaled by lr with it)
     p  <- p - lr*u
+
+momentum="nadam" is torch.optim.NAdam's momentum-decay schedule (psi =
+the hyperparameter momentum_decay; P = the state mu_product, 1 before the
+first step, so P_t = mu_1 * ... * mu_t):
+
+    mu_t  = b1*(1 - 0.5*0.96^(t*psi)),  mu_t+1 = b1*(1 - 0.5*0.96^((t+1)*psi))
+    P    <- P * mu_t
+    p    <- p - lr*(1 - mu_t)/(1 - P)        * g/denom
+    p    <- p - lr*mu_t+1/(1 - P*mu_t+1)     * m/denom
+
+with denom as above (torch: eps_mode="outside_corrected") and g after the
+decay (decay="l2"; decoupled_weight_decay=True is decay="decoupled").
 
 The two "outside" forms differ only by rounding in exact arithmetic; they are
 separate options because a kernel's float32 error differs between them.
-Counter conventions are in oracle.common.drive.
+Counter conventions are in oracle.common.drive; counter_format says how the
+counter is stored (a float32 counter saturates at 2**24, see
+oracle.common.COUNTER_FORMATS).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +62,8 @@ from .spec import OptimizerSpec
 DECAYS = ("l2", "decoupled", "decoupled_update")
 EPS_MODES = ("outside", "outside_corrected", "inside")
 BC_PRECISIONS = ("float64", "compute")
+AMSGRAD_FORMS = ("max_raw", "max_corrected")
+MOMENTA = ("plain", "nesterov", "nadam")
 
 
 @dataclass(frozen=True)
@@ -53,25 +81,47 @@ class AdamConvention:
     # "compute" the derived tolerance carries the rounding of beta^t through the
     # cancellation in 1 - beta2^t (about 1/(1 - beta2^t) times larger early on).
     bias_correction_precision: str = "float64"
+    # False: only m is bias-corrected (bc2 = 1); optax's bias_correction_nu=False.
+    bias_correction_v: bool = True
+    amsgrad_form: str = "max_raw"
+    momentum: str = "plain"
+    counter_format: str = "exact"
 
     def __post_init__(self):
-        if self.bias_correction_precision not in BC_PRECISIONS:
-            raise ValueError(f"bias_correction_precision must be one of {BC_PRECISIONS}, "
-                             f"got {self.bias_correction_precision!r}")
-        if self.decay not in DECAYS:
-            raise ValueError(f"decay must be one of {DECAYS}, got {self.decay!r}")
-        if self.eps_mode not in EPS_MODES:
-            raise ValueError(f"eps_mode must be one of {EPS_MODES}, got {self.eps_mode!r}")
-        check_counter(self.counter)
+        for name, allowed in (("bias_correction_precision", BC_PRECISIONS), ("decay", DECAYS),
+                              ("eps_mode", EPS_MODES), ("amsgrad_form", AMSGRAD_FORMS), ("momentum", MOMENTA)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        check_counter(self.counter, self.counter_format)
 
 
 TORCH_ADAM = AdamConvention(decay="l2")
 TORCH_ADAMW = AdamConvention(decay="decoupled")
 APEX_ADAMW = AdamConvention(decay="decoupled_update", eps_mode="outside_corrected", counter="group",
                             fp32_hparams=True)
+# torch.optim.NAdam: decoupled_weight_decay=False / True.
+TORCH_NADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", momentum="nadam")
+TORCH_NADAMW = AdamConvention(decay="decoupled", eps_mode="outside_corrected", momentum="nadam")
+# optax 0.2.8: one int32 count for the whole optimizer, advanced on every update
+# (counter="group" with one group); denominator sqrt(v_hat + eps_root) + eps;
+# adamw/nadamw add wd*p to the update before the learning rate scales it.
+# optax.adam has no decay: chain(add_decayed_weights(wd), adam(lr)) is decay="l2".
+OPTAX_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group")
+OPTAX_ADAMW = AdamConvention(decay="decoupled_update", eps_mode="outside_corrected", counter="group")
+OPTAX_NADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group", momentum="nesterov")
+OPTAX_NADAMW = AdamConvention(decay="decoupled_update", eps_mode="outside_corrected", counter="group",
+                              momentum="nesterov")
+# optax.amsgrad (scale_by_amsgrad): the running max of the corrected v_hat; with
+# bias_correction_nu=False the max of the raw v, never corrected (m still is).
+OPTAX_AMSGRAD = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group",
+                               amsgrad_form="max_corrected")
+OPTAX_AMSGRAD_NU_UNCORRECTED = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group",
+                                              bias_correction_v=False)
 
+# eps_root: optax's term inside the square root; momentum_decay: torch NAdam's psi,
+# read only under momentum="nadam" (default torch's 4e-3).
 DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0,
-            "amsgrad": False, "maximize": False}
+            "amsgrad": False, "maximize": False, "eps_root": 0.0, "momentum_decay": 4e-3}
 
 
 def validate(hparams: list[dict]) -> list[dict]:
@@ -85,14 +135,18 @@ def validate(hparams: list[dict]) -> list[dict]:
         check_betas(g, hp["betas"])
         check_range(g, "eps", hp["eps"], low=0.0)
         check_range(g, "weight_decay", hp["weight_decay"], low=0.0)
+        check_range(g, "eps_root", hp["eps_root"], low=0.0)
+        check_range(g, "momentum_decay", hp["momentum_decay"], low=0.0)
         out.append(hp)
     return out
 
 
-def init_state(p: np.ndarray, hp: dict) -> dict:
+def init_state(p: np.ndarray, hp: dict, conv: "AdamConvention | None" = None) -> dict:
     st = {"exp_avg": np.zeros_like(p), "exp_avg_sq": np.zeros_like(p)}
     if hp["amsgrad"]:
         st["max_exp_avg_sq"] = np.zeros_like(p)
+    if conv is not None and conv.momentum == "nadam":
+        st["mu_product"] = np.float64(1.0)  # a scalar per param, as torch keeps it
     return st
 
 
@@ -101,20 +155,78 @@ def moments(st, g, b1, b2, b3):
     return b1 * st["exp_avg"] + b3 * g, b2 * st["exp_avg_sq"] + (1.0 - b2) * g * g
 
 
-def denominator(v, bc2, eps, eps_mode):
+def check_eps_root(hparams: list[dict], eps_mode: str) -> None:
+    """eps_root is defined inside the sqrt of the corrected v ("outside_corrected") only."""
+    for g, hp in enumerate(hparams):
+        if hp.get("eps_root", 0.0) != 0 and eps_mode != "outside_corrected":
+            raise ValueError(f"group {g}: eps_root={hp['eps_root']!r} needs eps_mode='outside_corrected' "
+                             f"(sqrt(v/bc2 + eps_root) + eps); this convention has eps_mode={eps_mode!r}")
+
+
+def denominator(v, bc2, eps, eps_mode, eps_root=0.0):
     if eps_mode == "outside":
         return np.sqrt(v) / np.sqrt(bc2) + eps
     if eps_mode == "outside_corrected":
-        return np.sqrt(v / bc2) + eps
+        vhat = v / bc2
+        # nothing added when eps_root is 0: the derived error bounds of the
+        # forms without eps_root see exactly their own operations
+        return np.sqrt(vhat + eps_root if eps_root else vhat) + eps
     return np.sqrt(v / bc2 + eps)
+
+
+def one_minus_power(b, t, like, conv: AdamConvention):
+    """1 - b^t, on the host in float64 or as array operations in the compute
+    dtype ("compute": an error-tracking array type (oracle.compare.errmodel)
+    then sees the power and the cancellation)."""
+    if conv.bias_correction_precision == "compute":
+        return 1.0 - np.full_like(like, b) ** t
+    return 1.0 - math.pow(b, t)
+
+
+def corrections(b1, b2, t, like, conv: AdamConvention):
+    """(bc1, bc2) under the convention's bias correction."""
+    bc1, bc2 = bias_corrections(b1, b2, t, conv.bias_correction)
+    if conv.bias_correction and conv.bias_correction_precision == "compute":
+        bc1, bc2 = one_minus_power(b1, t, like, conv), one_minus_power(b2, t, like, conv)
+    if not conv.bias_correction_v:
+        bc2 = 1.0
+    return bc1, bc2
+
+
+def second_moment(st, v, bc2, amsgrad: bool, conv: AdamConvention):
+    """(v', bc2 left to apply) after the amsgrad running max, if any."""
+    if not amsgrad:
+        return v, bc2
+    if conv.amsgrad_form == "max_raw":
+        v = st["max_exp_avg_sq"] = np.maximum(st["max_exp_avg_sq"], v)
+        return v, bc2
+    v = st["max_exp_avg_sq"] = np.maximum(st["max_exp_avg_sq"], v / bc2)
+    return v, 1.0
+
+
+def first_moment(m, g, b1, t, bc1, conv: AdamConvention):
+    """m' for momentum "plain" and "nesterov"."""
+    if conv.momentum == "plain":
+        return m / bc1
+    bc1_next = one_minus_power(b1, t + 1, m, conv) if conv.bias_correction else 1.0
+    return b1 * (m / bc1_next) + (1.0 - b1) * (g / bc1)
+
+
+def nadam_apply(p, g, m, denom, st, lr, b1, psi, t):
+    """torch NAdam's two-term step with the momentum-decay schedule."""
+    mu = b1 * (1.0 - 0.5 * math.pow(0.96, t * psi))
+    mu_next = b1 * (1.0 - 0.5 * math.pow(0.96, (t + 1) * psi))
+    prod = st["mu_product"] = st["mu_product"] * mu
+    p = p - (lr * (1.0 - mu) / (1.0 - prod)) * (g / denom)
+    return p - (lr * mu_next / (1.0 - prod * mu_next)) * (m / denom)
 
 
 def update(p, g, st, hp, t, conv: AdamConvention):
     """One Adam(W) update of one param; returns (new p, new state entry)."""
     f = lambda x: maybe_fp32(x, conv.fp32_hparams)  # noqa: E731
-    lr, eps, wd = f(hp["lr"]), f(hp["eps"]), f(hp["weight_decay"])
+    lr, eps, wd, eps_root = f(hp["lr"]), f(hp["eps"]), f(hp["weight_decay"]), f(hp["eps_root"])
     b1, b2 = f(hp["betas"][0]), f(hp["betas"][1])
-    st = {**init_state(p, hp), **st}
+    st = {**init_state(p, hp, conv), **st}
     if hp["maximize"]:
         g = -g
     if conv.decay == "l2":
@@ -122,14 +234,12 @@ def update(p, g, st, hp, t, conv: AdamConvention):
     elif conv.decay == "decoupled":
         p = p * (1.0 - lr * wd)
     m, v = st["exp_avg"], st["exp_avg_sq"] = moments(st, g, b1, b2, 1.0 - b1)
-    if hp["amsgrad"]:
-        v = st["max_exp_avg_sq"] = np.maximum(st["max_exp_avg_sq"], v)
-    bc1, bc2 = bias_corrections(b1, b2, t, conv.bias_correction)
-    if conv.bias_correction and conv.bias_correction_precision == "compute":
-        # the same values, as array operations so that an error-tracking array
-        # type (oracle.compare.errmodel) sees the power and the cancellation
-        bc1, bc2 = (1.0 - np.full_like(p, b) ** t for b in (b1, b2))
-    u = (m / bc1) / denominator(v, bc2, eps, conv.eps_mode)
+    bc1, bc2 = corrections(b1, b2, t, p, conv)
+    v, bc2 = second_moment(st, v, bc2, hp["amsgrad"], conv)
+    denom = denominator(v, bc2, eps, conv.eps_mode, eps_root)
+    if conv.momentum == "nadam":
+        return nadam_apply(p, g, m, denom, st, lr, b1, f(hp["momentum_decay"]), t), st
+    u = first_moment(m, g, b1, t, bc1, conv) / denom
     if conv.decay == "decoupled_update":
         u = u + wd * p
     return p - lr * u, st
@@ -139,13 +249,14 @@ def step(params, grads, state: OptState, hparams, conv: AdamConvention = TORCH_A
          scaling: GradScaling | None = None):
     """One optimizer step over all groups; returns (new params, new state)."""
     hps = validate(hparams)
+    check_eps_root(hps, conv.eps_mode)
     return drive(params, grads, state, hps, conv.counter, scaling,
-                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv))
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv), conv.counter_format)
 
 
 def _spec(name, conv, summary):
     return OptimizerSpec(name=name, step=step, validate=validate, convention=conv, state_keys=("exp_avg", "exp_avg_sq"),
-                         defaults=DEFAULTS, options=frozenset({"amsgrad", "maximize"}),
+                         defaults=DEFAULTS, options=frozenset({"amsgrad", "maximize", "eps_root", "momentum_decay"}),
                          optional_state={"max_exp_avg_sq": "amsgrad"}, summary=summary)
 
 

@@ -22,6 +22,17 @@ COUNTERS = ("param", "group", "none")
 # Counters are exact integers below 2**53: a float64 (math.pow(beta, t), the
 # kernels' double(step)) holds every one of them, and the next step's too.
 MAX_COUNTER = 2 ** 53
+# How an implementation stores its counter, and so where counting stops.
+# "exact": an integer (or a float64 below 2**53): t+1 is always exact.
+# "float32" / "bfloat16": a float of 24 / 8 significand bits (torch keeps
+# per-param counters as float32 tensors). t+1 is rounded to that format, to
+# nearest with ties to even, so the counter saturates at 2**24 / 2**8: there
+# t+1 is a tie between t and t+2 and rounds back to t (even significand), and
+# every later step, bias corrections included, uses the saturated t.
+COUNTER_FORMATS = {"exact": None, "float32": 24, "bfloat16": 8}
+# State entries that are one number per param rather than one per element
+# (torch NAdam's running product of its momentum coefficients).
+SCALAR_STATE = ("mu_product",)
 
 
 @dataclass
@@ -73,9 +84,35 @@ def bias_corrections(beta1: float, beta2: float, t: int, enabled: bool) -> tuple
     return 1.0 - math.pow(beta1, t), 1.0 - math.pow(beta2, t)
 
 
-def check_counter(counter: str) -> None:
+def check_counter(counter: str, counter_format: str = "exact") -> None:
     if counter not in COUNTERS:
         raise ValueError(f"counter must be one of {COUNTERS}, got {counter!r}")
+    if counter_format not in COUNTER_FORMATS:
+        raise ValueError(f"counter_format must be one of {tuple(COUNTER_FORMATS)}, got {counter_format!r}")
+
+
+def round_integer(n: int, bits: int | None) -> int:
+    """The integer n rounded to a float with `bits` significand bits (round to
+    nearest, ties to even), in exact integer arithmetic; n itself for None."""
+    if bits is None or n.bit_length() <= bits:
+        return n
+    drop = n.bit_length() - bits
+    q, r = divmod(n, 1 << drop)
+    half = 1 << (drop - 1)
+    if r > half or (r == half and q % 2 == 1):
+        q += 1
+    return q << drop
+
+
+def counter_saturation(counter_format: str) -> int | None:
+    """The first counter value t with next_count(t) == t (2**bits), None for "exact"."""
+    bits = COUNTER_FORMATS[counter_format]
+    return None if bits is None else 1 << bits
+
+
+def next_count(t: int, counter_format: str = "exact") -> int:
+    """t + 1 as a counter stored in `counter_format` holds it (see COUNTER_FORMATS)."""
+    return round_integer(t + 1, COUNTER_FORMATS[counter_format])
 
 
 def check_structure(params, grads, state: OptState, hparams) -> None:
@@ -95,7 +132,8 @@ def check_structure(params, grads, state: OptState, hparams) -> None:
             if not isinstance(ss[i], dict):
                 raise ValueError(f"group {g} param {i}: state must be a dict, got {type(ss[i]).__name__}")
             for key, value in ss[i].items():
-                if key != "step" and np.shape(value) != np.shape(p):
+                scalar_ok = key in SCALAR_STATE and np.shape(value) == ()
+                if key != "step" and np.shape(value) != np.shape(p) and not scalar_ok:
                     raise ValueError(f"group {g} param {i}: state {key!r} shape {np.shape(value)} "
                                      f"!= param shape {np.shape(p)}")
 
@@ -229,7 +267,7 @@ def canonical_state(state: OptState) -> OptState:
     return new
 
 
-def drive(params, grads, state, hparams, counter, scaling, update):
+def drive(params, grads, state, hparams, counter, scaling, update, counter_format="exact"):
     """Advance counters and apply `update(g, i, p, grad, st, t)` to every
     param that has a grad; returns (new params, new state).
 
@@ -237,9 +275,11 @@ def drive(params, grads, state, hparams, counter, scaling, update):
     empty groups and groups whose params all lack grads included; under
     "param" a param's counter advances only when it has a grad; under "none"
     nothing advances and `update` gets t=None (the rule must not read it).
+    counter_format: how the counter is stored (COUNTER_FORMATS); a float32
+    or bfloat16 counter stops at its saturation point.
     found_inf skips everything, counters included.
     """
-    check_counter(counter)
+    check_counter(counter, counter_format)
     check_structure(params, grads, state, hparams)
     # copies: a param without a grad (or every param, under found_inf) is returned as is,
     # and must not alias the caller's array
@@ -251,14 +291,14 @@ def drive(params, grads, state, hparams, counter, scaling, update):
         return new_params, new_state
     for g, group in enumerate(new_params):
         if counter == "group":
-            new_state.group_step[g] += 1
+            new_state.group_step[g] = next_count(new_state.group_step[g], counter_format)
         for i, p in enumerate(group):
             grad = grads[g][i]
             if grad is None:
                 continue
             st = new_state.params[g][i]
             if counter == "param":
-                st["step"] = st.get("step", 0) + 1
+                st["step"] = next_count(st.get("step", 0), counter_format)
             t = {"group": new_state.group_step[g], "param": st.get("step"), "none": None}[counter]
             grad = as_float64_named(f"group {g} param {i}: grad", grad)
             scaled = grad * inv_scale if inv_scale != 1.0 else grad

@@ -4,19 +4,32 @@ Stages, in order (each a function below, so a mismatch can be pinned to one):
 
   1. clip   G = ||all grads of all groups||_2 (after inv_scale);
             g <- g / (G/max_grad_norm)  when max_grad_norm > 0 and G > max_grad_norm
-            (apex FusedLAMB; the paper has no clipping)
+            (apex FusedLAMB; the paper has no clipping). max_grad_norm = 0 means
+            zero_max_grad_norm="off"         no clipping
+            zero_max_grad_norm="zero_grads"  g <- g/inf (0 for finite g, NaN for inf) when G > 0:
+                                             apex's kernel divides by G/0 = inf
   2. moments (adam.moments), with b3 = 1-b1 if grad_averaging else 1 (apex);
-            decay="l2" adds wd*p to g first (apex adam_w_mode=False)
+            decay="l2" adds wd*p to g first (apex adam_w_mode=False);
+            decay="decoupled" sets p <- p*(1 - lr*wd) first: the norms below see the
+            decayed p and the trust ratio scales the Adam part only
   3. update
-       bias_correction="moments"    u = (m/bc1) / (sqrt(v/bc2) + eps)       (paper, apex)
+       bias_correction="moments"    u = (m/bc1) / (sqrt(v/bc2 + eps_root) + eps)  (paper, apex;
+                                    optax with eps_root; eps_root = 0 adds nothing)
        bias_correction="step_size"  u = m / (sqrt(v) + eps), and the step
                                     size becomes lr*sqrt(bc2)/bc1          (DeepSpeed FusedLamb)
+       bias_correction="step_size_bc1"  u = m / (sqrt(v) + eps), step size lr/bc1
+                                    (m debiased through the step size, v never)
        bias_correction="none"       u = m / (sqrt(v) + eps)
-       decay="decoupled_update"     u <- u + wd*p                          (paper, apex default)
-  4. trust ratio, per tensor: r = ||p|| / ||u||, and r = 1 when either norm is 0
+       eps_root != 0 is refused except under "moments" (no implementation has it elsewhere)
+       decay="decoupled_update"     u <- u + wd*p                          (paper, apex default, optax)
+  4. trust ratio, per tensor: r = phi(||p||) / (||u|| + trust_eps), and r = 1 when
+       phi(||p||) or ||u|| is 0; phi(x) = min(max(x, norm_lower), norm_upper) (the
+       paper's phi; the defaults 0 and inf make it the identity, and with
+       norm_lower > 0 a zero-norm tensor gets norm_lower/||u||, as the paper's formula)
        trust="decay_only"  r is used only when wd != 0 (apex without use_nvlamb); else 1
-       trust="always"      r always used (paper Algorithm 2 with phi = identity; apex use_nvlamb)
+       trust="always"      r always used (paper Algorithm 2; apex use_nvlamb; optax)
        clamp=True          r <- clip(r, min_coeff, max_coeff) (DeepSpeed FusedLamb)
+       clamp=True, clamp_lower=False   r <- min(r, max_coeff) (an upper-only clip)
   5. apply  p <- p - step_size * r * u
 
 Departures from the paper's Algorithm 2: the paper has no grad clipping, no
@@ -36,9 +49,10 @@ from .common import (GradScaling, OptState, as_float64_named, bias_corrections, 
                      check_inv_scale, check_range, check_structure, drive, maybe_fp32, with_defaults)
 from .spec import OptimizerSpec
 
-DECAYS = ("decoupled_update", "l2")
-BIAS_CORRECTIONS = ("moments", "step_size", "none")
+DECAYS = ("decoupled_update", "l2", "decoupled")
+BIAS_CORRECTIONS = ("moments", "step_size", "step_size_bc1", "none")
 TRUSTS = ("decay_only", "always")
+ZERO_MAX_GRAD_NORMS = ("off", "zero_grads")
 
 
 @dataclass(frozen=True)
@@ -52,12 +66,16 @@ class LambConvention:
     global_clip: bool = True
     counter: str = "group"
     fp32_hparams: bool = False
+    clamp_lower: bool = True  # with clamp: False clips from above only
+    zero_max_grad_norm: str = "off"
+    counter_format: str = "exact"
 
     def __post_init__(self):
-        for name, allowed in (("decay", DECAYS), ("bias_correction", BIAS_CORRECTIONS), ("trust", TRUSTS)):
+        for name, allowed in (("decay", DECAYS), ("bias_correction", BIAS_CORRECTIONS), ("trust", TRUSTS),
+                              ("zero_max_grad_norm", ZERO_MAX_GRAD_NORMS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        check_counter(self.counter)
+        check_counter(self.counter, self.counter_format)
 
 
 APEX_LAMB = LambConvention()
@@ -65,9 +83,13 @@ NVLAMB = LambConvention(trust="always")
 PAPER_LAMB = LambConvention(trust="always", global_clip=False, counter="param")
 DEEPSPEED_LAMB = LambConvention(bias_correction="step_size", trust="always", clamp=True,
                                 global_clip=False, counter="param")
+# optax.lamb 0.2.8: chain(scale_by_adam(eps, eps_root), add_decayed_weights,
+# scale_by_trust_ratio(), scale_by_learning_rate): one count for all params, no clipping.
+OPTAX_LAMB = LambConvention(trust="always", global_clip=False)
 
 DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.01,
-            "grad_averaging": True, "max_grad_norm": 1.0, "min_coeff": 0.01, "max_coeff": 10.0}
+            "grad_averaging": True, "max_grad_norm": 1.0, "min_coeff": 0.01, "max_coeff": 10.0,
+            "eps_root": 0.0, "trust_eps": 0.0, "norm_lower": 0.0, "norm_upper": math.inf}
 
 
 def validate(hparams: list[dict]) -> list[dict]:
@@ -75,17 +97,22 @@ def validate(hparams: list[dict]) -> list[dict]:
     for g, hp in enumerate(hparams):
         hp = with_defaults(g, hp, DEFAULTS)
         check_flag(g, "grad_averaging", hp["grad_averaging"])
-        for name in ("lr", "eps", "weight_decay", "max_grad_norm", "min_coeff"):
+        for name in ("lr", "eps", "weight_decay", "max_grad_norm", "min_coeff", "eps_root", "trust_eps", "norm_lower"):
             check_range(g, name, hp[name], low=0.0)
         check_range(g, "max_coeff", hp["max_coeff"], low=hp["min_coeff"])
+        if hp["norm_upper"] != math.inf:  # inf (no upper bound) is the default
+            check_range(g, "norm_upper", hp["norm_upper"], low=hp["norm_lower"])
         check_betas(g, hp["betas"])
         out.append(hp)
     return out
 
 
-def clip_factor(grads, inv_scale: float, max_grad_norm: float) -> float:
-    """Stage 1: divisor for every grad, from the global norm over all groups."""
+def clip_factor(grads, inv_scale: float, max_grad_norm: float, zero_max_grad_norm: str = "off") -> float:
+    """Stage 1: divisor for every grad, from the global norm over all groups
+    (inf: every grad is zeroed, see zero_max_grad_norm)."""
     norm = np.sqrt(sum(np.sum(np.square(g * inv_scale)) for group in grads for g in group if g is not None))
+    if max_grad_norm == 0 and zero_max_grad_norm == "zero_grads":
+        return math.inf if norm > 0 else 1.0
     return norm / max_grad_norm if max_grad_norm > 0 and norm > max_grad_norm else 1.0
 
 
@@ -100,7 +127,11 @@ def raw_update(p, g, st, hp, t, conv: LambConvention):
     m, v = moments({"exp_avg": st.get("exp_avg", 0 * p), "exp_avg_sq": st.get("exp_avg_sq", 0 * p)}, g, b1, b2, b3)
     bc1, bc2 = bias_corrections(b1, b2, t, conv.bias_correction != "none")
     if conv.bias_correction == "moments":
-        u, step_size = (m / bc1) / (np.sqrt(v / bc2) + eps), lr
+        eps_root = f(hp["eps_root"])
+        vhat = v / bc2
+        u, step_size = (m / bc1) / (np.sqrt(vhat + eps_root if eps_root else vhat) + eps), lr
+    elif conv.bias_correction == "step_size_bc1":
+        u, step_size = m / (np.sqrt(v) + eps), lr / bc1
     else:
         u, step_size = m / (np.sqrt(v) + eps), lr * math.sqrt(bc2) / bc1
     if conv.decay == "decoupled_update":
@@ -112,13 +143,37 @@ def trust_ratio(p, u, hp, conv: LambConvention) -> float:
     """Stage 4: per-tensor trust ratio."""
     if conv.trust == "decay_only" and maybe_fp32(hp["weight_decay"], conv.fp32_hparams) == 0:
         return 1.0
-    pn, un = np.linalg.norm(p), np.linalg.norm(u)
-    r = pn / un if pn != 0 and un != 0 else 1.0
-    return min(max(r, hp["min_coeff"]), hp["max_coeff"]) if conv.clamp else r
+    pn, un = phi(np.linalg.norm(p), hp), np.linalg.norm(u)
+    trust_eps = hp["trust_eps"]
+    r = pn / (un + trust_eps if trust_eps else un) if pn != 0 and un != 0 else 1.0
+    if not conv.clamp:
+        return r
+    return min(max(r, hp["min_coeff"]), hp["max_coeff"]) if conv.clamp_lower else min(r, hp["max_coeff"])
+
+
+def phi(norm, hp):
+    """The paper's clamp of the weight norm; the identity at the defaults (0, inf)
+    without touching the value, so derived error bounds see no extra operation."""
+    if hp["norm_lower"] > 0 and norm < hp["norm_lower"]:
+        return hp["norm_lower"]
+    if hp["norm_upper"] < math.inf and norm > hp["norm_upper"]:
+        return hp["norm_upper"]
+    return norm
+
+
+def check_eps_root(hparams: list[dict], conv: LambConvention) -> None:
+    for g, hp in enumerate(hparams):
+        if hp["eps_root"] != 0 and conv.bias_correction != "moments":
+            raise ValueError(f"group {g}: eps_root={hp['eps_root']!r} needs bias_correction='moments' "
+                             f"(sqrt(v/bc2 + eps_root) + eps); this convention has {conv.bias_correction!r}")
 
 
 def update(p, g, st, hp, t, conv: LambConvention, clip: float):
-    new_st, u, step_size = raw_update(p, g / clip, st, hp, t, conv)
+    if conv.decay == "decoupled":
+        p = p * (1.0 - maybe_fp32(hp["lr"], conv.fp32_hparams) * maybe_fp32(hp["weight_decay"], conv.fp32_hparams))
+    # clip = inf zeroes the grads: g*0 is g/inf (0 for finite g, NaN for inf or NaN)
+    g = g * 0.0 if clip == math.inf else g / clip
+    new_st, u, step_size = raw_update(p, g, st, hp, t, conv)
     # keep the other entries (the per-param "step" counter) alongside the new moments
     return p - step_size * trust_ratio(p, u, hp, conv) * u, {**st, **new_st}
 
@@ -131,9 +186,11 @@ def step(params, grads, state: OptState, hparams, conv: LambConvention = APEX_LA
     # One optimizer-wide max_grad_norm (apex reads its constructor default); group 0 carries it.
     arrays = [[None if g is None else as_float64_named(f"group {k} param {i}: grad", g) for i, g in enumerate(group)]
               for k, group in enumerate(grads)]
-    clip = clip_factor(arrays, inv_scale, hps[0]["max_grad_norm"]) if conv.global_clip and hps else 1.0
+    check_eps_root(hps, conv)
+    clip = (clip_factor(arrays, inv_scale, hps[0]["max_grad_norm"], conv.zero_max_grad_norm)
+            if conv.global_clip and hps else 1.0)
     return drive(params, grads, state, hps, conv.counter, scaling,
-                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv, clip))
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv, clip), conv.counter_format)
 
 
 SPECS = (OptimizerSpec(name="lamb", step=step, validate=validate, convention=APEX_LAMB, state_keys=("exp_avg", "exp_avg_sq"),

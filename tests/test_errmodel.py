@@ -100,3 +100,65 @@ def test_exact_zeros_stay_exact_so_sign_of_zero_is_settled():
     z = Bounded(np.array([0.0, 0.0]), np.array([1e-9, 0.0]), U)
     w = z * Bounded(np.array([2.0, np.inf]), None, U)
     assert w.e[0] > 0 and not w.e[1] == 0
+
+
+def test_where_takes_the_chosen_operands_value_and_error():
+    x = Bounded(np.array([1.0, 2.0, 3.0]), np.array([1e-7, 2e-7, 3e-7]), U)
+    r = np.where(np.array([True, False, True]), x, 0.0)
+    assert isinstance(r, Bounded)
+    assert r.v.tolist() == [1.0, 0.0, 3.0] and r.e.tolist() == [1e-7, 0.0, 3e-7]  # a literal 0 is exact
+
+
+def fp32_optax_adagrad(p, g, h, lr, eps):
+    """optax scale_by_rss in float32: where(h > 0, rsqrt(h + eps), 0) * g."""
+    f = np.float32
+    p, g, h = (x.astype(f) for x in (p, g, h))
+    h = g * g + h
+    with np.errstate(divide="ignore"):
+        scale = np.where(h > 0, f(1) / np.sqrt(h + f(eps)), f(0))
+    return (p - f(lr) * (scale * g)).astype(np.float64)
+
+
+def test_fp32_optax_adagrad_lies_within_the_derived_bound():
+    from oracle import adagrad
+    rng = np.random.default_rng(5)
+    n = 2048
+    p = rng.standard_normal(n).astype(np.float32).astype(np.float64)
+    g = (rng.standard_normal(n) * 1e-2).astype(np.float32).astype(np.float64)
+    g[:64] = 0.0  # with h = 0: the where() branch
+    h = (rng.random(n) * 1e-3).astype(np.float32).astype(np.float64)
+    h[:32] = 0.0
+    hp = adagrad.validate([{"lr": 0.1, "eps": 1e-7}])[0]
+    bound, _ = adagrad.update(Bounded(p, None, U), Bounded(g, None, U), {"sum": Bounded(h, None, U)}, hp, 1,
+                              adagrad.OPTAX_ADAGRAD)
+    got = fp32_optax_adagrad(p, g, h, 0.1, 1e-7)
+    assert np.all(np.abs(got - bound.v) <= bound.e)
+    assert np.array_equal(bound.v[:32], p[:32]) and np.all(bound.e[:32] <= U * np.abs(p[:32]))
+
+
+def fp32_optax_nadam_eps_root(p, g, m, v, lr, b1, b2, eps, eps_root, t):
+    """optax scale_by_adam(nesterov=True, eps_root) + scale_by_learning_rate, in float32."""
+    f = np.float32
+    p, g, m, v = (x.astype(f) for x in (p, g, m, v))
+    m = f(1 - b1) * g + f(b1) * m
+    v = f(1 - b2) * (g * g) + f(b2) * v
+    m_hat = f(b1) * (m / f(1 - b1 ** (t + 1))) + f(1 - b1) * (g / f(1 - b1 ** t))
+    v_hat = v / f(1 - b2 ** t)
+    return (p - f(lr) * (m_hat / (np.sqrt(v_hat + f(eps_root)) + f(eps)))).astype(np.float64)
+
+
+@pytest.mark.parametrize("t", [1, 3, 30])
+def test_fp32_optax_nadam_with_eps_root_lies_within_the_derived_bound(t):
+    rng = np.random.default_rng(t)
+    n = 4096
+    p = rng.standard_normal(n).astype(np.float32).astype(np.float64)
+    g = (rng.standard_normal(n) * 1e-3).astype(np.float32).astype(np.float64)
+    m = (rng.standard_normal(n) * 1e-3).astype(np.float32).astype(np.float64)
+    v = (rng.random(n) * 1e-6).astype(np.float32).astype(np.float64)
+    hp = adam.validate([{"lr": 1e-2, "eps": 1e-8, "eps_root": 1e-9}])[0]
+    st = {"exp_avg": Bounded(m, None, U), "exp_avg_sq": Bounded(v, None, U)}
+    bound, _ = adam.update(Bounded(p, None, U), Bounded(g, None, U), st, hp, t, adam.OPTAX_NADAM)
+    got = fp32_optax_nadam_eps_root(p, g, m, v, 1e-2, 0.9, 0.999, 1e-8, 1e-9, t)
+    err = np.abs(got - bound.v)
+    assert np.all(err <= bound.e), float(np.max(err / bound.e))
+    assert np.median(bound.e / np.abs(bound.v - p)) < 1e-3  # not vacuous

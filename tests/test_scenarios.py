@@ -79,6 +79,19 @@ def test_declared_torch_deviations_are_visible():
     assert "16777216" in r.checks["counters@16777216"].note
 
 
+def test_a_float32_counter_declared_as_a_property_needs_no_deviation():
+    """counter_format="float32" on the convention: the oracle's counter saturates at 2**24
+    as torch's does, so long_horizon passes with no declared deviation; the same target
+    with an exact counter and nothing declared fails there (the check has its power)."""
+    torch_adam = TORCH["torch.adam.forloop"]
+    as_property = replace(torch_adam, declared=(),
+                          convention=replace(torch_adam.convention, counter_format="float32"))
+    r = S.run_long_horizon(as_property, "cpu", 0)
+    assert r.status == "pass" and "declared" not in r.reason, (r.reason, r.checks["counters@16777216"].findings[:2])
+    r = S.run_long_horizon(replace(torch_adam, declared=()), "cpu", 0)
+    assert r.status == "fail" and {n for n, c in r.checks.items() if not c.passed} == {"counters@16777216"}
+
+
 def test_correct_mutant_base_passes_everything():
     base = mutant("GroupAdamW")
     for name in SINGLE_PROCESS:

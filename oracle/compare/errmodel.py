@@ -11,7 +11,7 @@ underflows. Scalars (hyperparameters, bias corrections) enter with
 error u*|c|, as a kernel holding them in the compute dtype sees them.
 
 Passing `Bounded` arrays through the oracle's update functions (they use only
-+ - * /, sqrt, maximum, square, sum) gives a bound for exactly the operations
++ - * /, sqrt, maximum, square, sum, where) gives a bound for exactly the operations
 the specification performs, in its order: the op count of the compute dtype
 is the oracle's op count, never a tuned number.
 """
@@ -190,6 +190,21 @@ def _copysign(s, mag, sgn):
     return Bounded(r, np.where(settled, mag.e, 2.0 * np.abs(mag.v) + mag.e), s.u, s.eta)
 
 
+def _where(cond, x, y):
+    """np.where with the branch chosen by the float64 values (cond is a plain
+    bool array: comparisons on Bounded compare values). The error of each
+    element is its chosen operand's; a literal 0 is exact."""
+    ref = x if isinstance(x, Bounded) else y
+    def lift(a):
+        if isinstance(a, Bounded):
+            return a
+        a = np.asarray(a, dtype=np.float64)
+        return Bounded(a, np.where(a != 0, ref.u * np.abs(a) + ref.eta, 0.0), ref.u, ref.eta)
+    a, b = lift(x), lift(y)
+    c = np.asarray(cond, dtype=bool)
+    return Bounded(np.where(c, a.v, b.v), np.where(c, a.e, b.e), ref.u, ref.eta)
+
+
 def _compare(op):
     return lambda s, a, b: op(a.v, b.v)
 
@@ -199,7 +214,8 @@ _UFUNCS = {np.equal: _compare(np.equal), np.not_equal: _compare(np.not_equal), n
            np.greater_equal: _compare(np.greater_equal), np.add: _add, np.subtract: _sub, np.multiply: _mul, np.true_divide: _div, np.sqrt: _sqrt,
            np.negative: _neg, np.square: _square, np.maximum: _maximum, np.power: _power,
            np.sign: _sign, np.copysign: _copysign}
-_FUNCTIONS = {np.shape: lambda x: x.v.shape, np.iscomplexobj: lambda x: False, np.sum: _sum, np.zeros_like: _like(0.0), np.full_like: _like(None), np.linalg.norm: _norm}
+_FUNCTIONS = {np.shape: lambda x: x.v.shape, np.iscomplexobj: lambda x: False, np.sum: _sum, np.zeros_like: _like(0.0), np.full_like: _like(None), np.linalg.norm: _norm,
+              np.where: _where}
 
 
 def unit_roundoff(dtype: str) -> float:
