@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields, replace
 
-from .targets.declare import FLOAT32_COUNTER, Candidate, apply, declaration
+from .targets.declare import Candidate, apply, declaration
 
 # (compute, state_dtype, masters), strictest first: float32 arithmetic is checked against a bound a
 # storage-arithmetic model would widen by orders of magnitude.
@@ -39,7 +39,7 @@ PROBE_CHECKS = ("lockstep", "trajectory", "counters", "schema")
 # probes run first: they separate most presets at the first case
 FIRST_REGIMES = ("large_decay", "tiny_grads", "normal")
 LOW_PRECISION_REGIMES = ("normal", "large_decay", "tiny_grads", "small_params")
-AXES = ("preset", "counter", "compute", "state_dtype", "masters", "counter_dtype")
+SATURATION = "counters@16777216"  # the long-horizon check a float32 counter fails, and only it
 
 
 @dataclass
@@ -213,8 +213,9 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
         inf.nearest, inf.separating = nearest(target, tried_low, low, seed, device, runs)
         return done(inf, runs, t0)
     # 3. the counter's dtype: a float32 counter stops at 2**24 (long-horizon scenario)
-    dtype = declared.get("counter_dtype") or counter_dtype(target, chosen, seed, device)
-    inf.chosen = replace(chosen, counter_dtype=dtype)
+    if "convention" not in declared:
+        chosen = counter_format(target, chosen, seed, device)
+    inf.chosen = chosen
     return done(inf, runs, t0)
 
 
@@ -231,21 +232,20 @@ def nearest(target, scored, probes, seed, device, runs):
     return cand, explains(apply(target, cand), probes, seed, device, stop_early=False, runs=runs)
 
 
-def counter_dtype(target, cand: Candidate, seed: int, device: str) -> str:
-    """"float32" when the counter stops at exactly 2**24 and nothing else in the long-horizon
-    scenario differs; "int" otherwise (a counter failing elsewhere stays a failure)."""
+def counter_format(target, cand: Candidate, seed: int, device: str) -> Candidate:
+    """The candidate with a float32 step counter when its counter stops at exactly 2**24 and nothing
+    else in the long-horizon scenario differs, and the float32 form then passes it; unchanged otherwise
+    (a counter failing elsewhere stays a failure)."""
     from .scenarios.long_horizon import run_long_horizon
+    if not hasattr(cand.convention, "counter_format"):
+        return cand
     res = run_long_horizon(apply(target, cand), device, seed)
-    if res.status == "pass" or res.status != "fail":
-        return "int"
-    failing = {n for n, c in res.checks.items() if not c.passed}
-    if failing != {FLOAT32_COUNTER[0]}:
-        return "int"
-    stuck = all(f.got == 2 ** 24 for f in res.checks[FLOAT32_COUNTER[0]].findings if f.got is not None)
-    if not stuck:
-        return "int"
-    again = run_long_horizon(apply(target, replace(cand, counter_dtype="float32")), device, seed)
-    return "float32" if again.status == "pass" else "int"
+    if res.status != "fail" or {n for n, c in res.checks.items() if not c.passed} != {SATURATION}:
+        return cand
+    if not all(f.got == 2 ** 24 for f in res.checks[SATURATION].findings if f.got is not None):
+        return cand
+    f32 = replace(cand, convention=replace(cand.convention, counter_format="float32"))
+    return f32 if run_long_horizon(apply(target, f32), device, seed).status == "pass" else cand
 
 
 # --- failing rows that teach -----------------------------------------------------------------------

@@ -10,11 +10,6 @@ import json
 import os
 from dataclasses import dataclass, replace
 
-FLOAT32_COUNTER = ("counters@16777216",
-                   "the step counter is a float32 (it holds integers exactly only up to 2**24, so from "
-                   "step 16777216 on it stops advancing); bias corrections there are 1 - beta**t ~ 1 either way")
-
-
 @dataclass(frozen=True)
 class Candidate:
     """One named convention: a catalog preset with the axes real implementations vary independently."""
@@ -24,35 +19,34 @@ class Candidate:
     compute: str = "float32"
     state_dtype: str = "param"
     masters: bool = False
-    counter_dtype: str = "int"   # "int" or "float32" (saturates at 2**24)
 
     def label(self) -> str:
         parts = [self.preset, f"counter={self.convention.counter}", f"compute={self.compute}",
                  f"state_dtype={self.state_dtype}"]
         if self.masters:
             parts.append("masters")
-        if self.counter_dtype != "int":
-            parts.append(f"counter_dtype={self.counter_dtype}")
+        if getattr(self.convention, "counter_format", "exact") != "exact":
+            parts.append(f"counter_format={self.convention.counter_format}")
         return " ".join(parts)
 
     def to_json(self) -> dict:
-        return {"preset": self.preset, "counter": self.convention.counter, "compute": self.compute,
-                "state_dtype": self.state_dtype, "masters": self.masters, "counter_dtype": self.counter_dtype}
+        return {"preset": self.preset, "counter": self.convention.counter,
+                "counter_format": getattr(self.convention, "counter_format", "exact"), "compute": self.compute,
+                "state_dtype": self.state_dtype, "masters": self.masters}
 
     @classmethod
     def from_json(cls, d: dict) -> "Candidate":
         from .conventions import catalog
         conv = replace(catalog()[d["preset"]][1], counter=d["counter"])
-        return cls(d["preset"], conv, d["compute"], d["state_dtype"], d["masters"], d["counter_dtype"])
+        if d["counter_format"] != "exact":
+            conv = replace(conv, counter_format=d["counter_format"])
+        return cls(d["preset"], conv, d["compute"], d["state_dtype"], d["masters"])
 
 
 def apply(target, cand: Candidate):
     """The target judged as following `cand`."""
-    declared = tuple(d for d in target.declared if d[0] != FLOAT32_COUNTER[0])
-    if cand.counter_dtype == "float32":
-        declared += (FLOAT32_COUNTER,)
     return replace(target, convention=cand.convention, compute=cand.compute, state_dtype=cand.state_dtype,
-                   masters=cand.masters, declared=declared)
+                   masters=cand.masters)
 
 
 def declaration(optimizer: str, cand: Candidate) -> str:
@@ -62,8 +56,6 @@ def declaration(optimizer: str, cand: Candidate) -> str:
              f"ORACLE_CONVENTION = {type(conv).__module__}.{conv!r}  # preset {cand.preset}",
              f"ORACLE_COMPUTE = {cand.compute!r}", f"ORACLE_STATE_DTYPE = {cand.state_dtype!r}",
              f"ORACLE_MASTERS = {cand.masters!r}"]
-    if cand.counter_dtype != "int":
-        lines.append(f"ORACLE_COUNTER_DTYPE = {cand.counter_dtype!r}")
     return "\n".join(lines)
 
 
@@ -84,4 +76,4 @@ def imported(spec: str) -> Candidate | None:
     return Candidate.from_json(d) if d else None
 
 
-__all__ = ["ENV", "FLOAT32_COUNTER", "Candidate", "apply", "declaration", "export", "imported"]
+__all__ = ["ENV", "Candidate", "apply", "declaration", "export", "imported"]

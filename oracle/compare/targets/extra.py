@@ -79,8 +79,9 @@ from .base import Target
 BNB_ADAM = AdamConvention(decay="decoupled", eps_mode="outside", bias_correction=True, counter="param")
 BNB_ADAGRAD = AdagradConvention(decay="l2", eps_mode="outside", counter="param")
 # 1 - beta**step is formed in float32 (step is a float32 tensor; optim/adam.py:187-188)
+# the step counter is a float32 tensor, as torch's (torchao/optim/adam.py keeps state["step"] float32)
 TORCHAO_ADAMW = AdamConvention(decay="decoupled", eps_mode="outside", bias_correction=True, counter="param",
-                               bias_correction_precision="compute")
+                               bias_correction_precision="compute", counter_format="float32")
 
 INSTALL = "pip install --no-deps 'bitsandbytes>=0.50,<0.51' 'torchao>=0.18,<0.19'"
 

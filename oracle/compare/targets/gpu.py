@@ -111,7 +111,7 @@ from oracle.lamb import APEX_LAMB, DEEPSPEED_LAMB
 
 from .base import Target, torch_make as _torch_make, torch_scaled_step as _torch_scaled_step
 from .extra import _version, make_factory
-from .torch_optim import TORCH_DECLARED
+from .torch_optim import TORCH_DECLARED, float32_counter
 
 APEX_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group", fp32_hparams=True)
 APEX_ADAGRAD = AdagradConvention(decay="l2", eps_mode="outside", counter="param", fp32_hparams=True)
@@ -238,7 +238,8 @@ def gpu_targets() -> list[Target]:
             bc = "compute" if path == "foreach_capturable" else "float64"
             out.append(Target(
                 name=f"torch.{opt_name}.{path}", optimizer=opt_name, make=_torch_make(cls, **flags),
-                convention=replace(conv, bias_correction_precision=bc), devices=("cuda",), compute=compute,
+                convention=float32_counter(replace(conv, bias_correction_precision=bc)), devices=("cuda",),
+                compute=compute,
                 options=frozenset({"amsgrad", "maximize"}), requires=_guarded(lambda: None),
                 scaling=_torch_scaled_step if "fused" in flags else None, declared=TORCH_DECLARED,
                 notes=f"torch {torch.__version__} {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())}): "

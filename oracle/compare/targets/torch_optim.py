@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from dataclasses import replace
 
 import torch
 
@@ -12,15 +13,12 @@ import oracle
 from .base import Target, torch_make, torch_scaled_step
 
 # Deviations torch makes by design (scenario checks; oracle.compare.scenarios.common.finish).
+# (Its float32 step counter is not a deviation but part of its convention: float32_counter below.)
 TORCH_DECLARED = (
     ("flags",
      "torch's Optimizer.load_state_dict rebuilds param_groups from the checkpoint's groups, so the "
      "checkpoint's foreach/fused/capturable values replace the constructed ones and the continuation "
      "runs the checkpoint's path (torch/optim/optimizer.py, load_state_dict.update_group)"),
-    ("counters@16777216",
-     "torch keeps the counter as a 0-dim float32 tensor (optimizer._get_scalar_dtype()); float32 holds "
-     "integers exactly only up to 2**24, so from step 16777216 on it stops advancing (16777216 + 1 "
-     "rounds back to 16777216). Bias corrections there are 1 - beta**t ~ 1 either way"),
 )
 
 # (path, constructor flags, compute): forloop and foreach on bf16/fp16 params
@@ -28,6 +26,13 @@ TORCH_DECLARED = (
 # unless the record says otherwise (with its reason there).
 PATHS = (("forloop", {"foreach": False}, "storage"), ("foreach", {"foreach": True}, "storage"),
          ("fused", {"fused": True}, None))
+
+
+def float32_counter(conv):
+    """torch keeps the counter as a 0-dim float32 tensor (optimizer._get_scalar_dtype()): it holds
+    integers exactly only up to 2**24, so from step 16777216 on it stops advancing (bias corrections
+    there are 1 - beta**t ~ 1 either way). Optimizers whose update never reads a counter have no field."""
+    return replace(conv, counter_format="float32") if hasattr(conv, "counter_format") else conv
 
 
 def torch_class(path: str):
@@ -54,11 +59,11 @@ def torch_targets(records: dict) -> list[Target]:
                 continue  # e.g. an optimizer without a fused path
             out.append(Target(
                 name=f"torch.{name}.{path}", optimizer=name, make=torch_make(cls, **flags),
-                convention=oracle.SPECS[name].convention, devices=("cpu", "cuda"),
+                convention=float32_counter(oracle.SPECS[name].convention), devices=("cpu", "cuda"),
                 compute=compute or rec.torch_fused_compute, options=accepted_options(cls, name),
                 scaling=torch_scaled_step if path == "fused" else None, declared=TORCH_DECLARED,
                 notes=f"torch {torch.__version__} {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())})"))
     return out
 
 
-__all__ = ["PATHS", "TORCH_DECLARED", "accepted_options", "torch_class", "torch_targets"]
+__all__ = ["PATHS", "TORCH_DECLARED", "accepted_options", "float32_counter", "torch_class", "torch_targets"]

@@ -5,8 +5,8 @@ ORACLE_OPTIMIZER, never from the class name (NAdamW is not AdamW, AdamP is not
 Adam). Its conventions default to the spec's for that optimizer; class
 attributes declare others: ORACLE_CONVENTION, ORACLE_COMPUTE ("float32" or
 "storage"), ORACLE_MASTERS, ORACLE_STATE_DTYPE, ORACLE_DTYPES, ORACLE_DEVICES,
-ORACLE_OPTIONS, ORACLE_SCALING (step() takes inv_scale= and found_inf=) and
-ORACLE_COUNTER_DTYPE ("float32": the step counter is a float32 and stops at 2**24).
+ORACLE_OPTIONS and ORACLE_SCALING (step() takes inv_scale= and found_inf=). A float32
+step counter is part of the convention (counter_format="float32": it stops at 2**24).
 Whatever it does not declare is inferred (oracle.compare.infer) unless --no-infer.
 """
 from __future__ import annotations
@@ -128,8 +128,7 @@ def which_optimizer(spec: str, obj, optimizer: str | None) -> str:
 
 # class attribute -> the inference axis it fixes (oracle.compare.infer)
 DECLARED_AXES = {"ORACLE_CONVENTION": "convention", "ORACLE_COMPUTE": "compute", "ORACLE_STATE_DTYPE": "state_dtype",
-                 "ORACLE_MASTERS": "masters", "ORACLE_COUNTER_DTYPE": "counter_dtype"}
-COUNTER_DTYPES = ("int", "float32")
+                 "ORACLE_MASTERS": "masters"}
 
 
 def declared_axes(obj) -> dict:
@@ -162,10 +161,7 @@ def from_object(obj, spec: str, optimizer: str | None = None, convention=None, i
     if options is None:
         params = inspect.signature(obj).parameters if callable(obj) else {}
         options = {o for o in oracle.SPECS[opt].options if o in params}
-    counter_dtype = getattr(obj, "ORACLE_COUNTER_DTYPE", None) or "int"
-    if counter_dtype not in COUNTER_DTYPES:
-        raise ValueError(f"--impl {spec}: ORACLE_COUNTER_DTYPE must be one of {COUNTER_DTYPES}, got {counter_dtype!r}")
-    from .declare import FLOAT32_COUNTER, apply, imported
+    from .declare import apply, imported
     target = Target(name=f"impl:{spec}", optimizer=opt, make=lambda groups, defaults: obj(groups, **defaults),
                     convention=conv, devices=tuple(getattr(obj, "ORACLE_DEVICES", ("cpu", "cuda"))),
                     dtypes=tuple(getattr(obj, "ORACLE_DTYPES", ("float32", "bfloat16", "float16"))),
@@ -173,7 +169,6 @@ def from_object(obj, spec: str, optimizer: str | None = None, convention=None, i
                     masters=getattr(obj, "ORACLE_MASTERS", False), options=frozenset(options),
                     state_dtype=getattr(obj, "ORACLE_STATE_DTYPE", "param"),
                     scaling=scaled_step_kwargs if getattr(obj, "ORACLE_SCALING", False) else None,
-                    declared=(FLOAT32_COUNTER,) if counter_dtype == "float32" else (),
                     notes=f"user optimizer {spec}")
     cand = imported(spec) if inferred and convention is None else None
     return apply(target, cand) if cand is not None else target
