@@ -469,6 +469,15 @@ def summary_table_html(doc: dict) -> str:
     return "".join(out)
 
 
+def inferred_html(doc: dict) -> str:
+    """The conventions inferred for undeclared --impl optimizers, each with its declaration."""
+    if not doc.get("inferred"):
+        return ""
+    from .infer import lines
+    return ("<section id='inferred'><h2>Inferred conventions</h2>"
+            + "".join(f"<pre>{esc(chr(10).join(lines(found)))}</pre>" for found in doc["inferred"]) + "</section>")
+
+
 def notes_html(doc: dict) -> str:
     noted = [r for r in doc["results"] if r["status"] == "pass" and r.get("reason")]
     if not noted:
@@ -588,6 +597,7 @@ def render(doc: dict) -> str:
         "<a href='#notes'>Notes</a><a href='#errors'>Errors</a>"
         "<button type='button' id='expand-all'>Expand all</button><button type='button' id='collapse-all'>Collapse all"
         "</button><input id='filter' type='search' placeholder='filter cases (target, case, check, tensor)'></nav>",
+        inferred_html(doc),
         "<section id='grid'><h2>Summary grid</h2>", grid_html(doc, anchors),
         f"<p>{esc(skipped)}</p>" if skipped else "", "</section>",
         "<section id='failures'><h2>Failures</h2>", plots_note,

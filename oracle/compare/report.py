@@ -105,6 +105,12 @@ def markdown(doc: dict) -> str:
            "Errors are in ULPs of the storage dtype at the operand magnitude; detection power is the smallest "
            "relative error in an update that the lockstep check would catch (median over cases).", "",
            "## Summary", "", summary_table(doc["summary"], "github"), ""]
+    if doc.get("inferred"):
+        from .infer import lines
+        out += ["## Inferred conventions", "", "Each --impl that does not declare its conventions was judged by "
+                "the one inferred for it (python -m oracle.compare.infer; --no-infer to skip):", ""]
+        for found in doc["inferred"]:
+            out += ["```", *lines(found), "```", ""]
     new = new_failure_rows(doc)
     out += ["## New failures" if doc.get("known") else "## Failures (not judged against known findings)", ""]
     if not new:
