@@ -23,7 +23,7 @@ import re
 from collections import defaultdict
 
 PLOT_CASES = 60          # failing cases that get plots (the rest: findings, repro; data in report.json)
-MATRIX_CHECKS = ("lockstep", "trajectory", "counters", "schema", "roundtrip")
+MATRIX_CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
 DTYPES = ("float32", "bfloat16", "float16")
 SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 

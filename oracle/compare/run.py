@@ -31,7 +31,7 @@ from .readback import Snapshot, counter_location, math_params
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float64": torch.float64}
-CHECKS = ("lockstep", "trajectory", "counters", "schema", "roundtrip")
+CHECKS = ("lockstep", "finite", "trajectory", "counters", "schema", "roundtrip")
 EXTRA_STEPS = 3  # continuation length after a checkpoint reload
 
 
@@ -150,7 +150,8 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
     hps = spec.validate(case.group_hparams())
     params = make_params(case, seed, device)
     opt = build(target, case, params)
-    ls = Lockstep(target, opt, case.group_hparams(), res["lockstep"], res["counters"], schema=res["schema"])
+    ls = Lockstep(target, opt, case.group_hparams(), res["lockstep"], res["counters"], schema=res["schema"],
+                  finite=res["finite"])
     # The trajectory starts from the oracle's own initial state (Adagrad's
     # accumulator = the group's initial_accumulator_value), not the target's.
     traj_params = [[Bounded(p, None, u) for p in group] for group in C.initial_params(case, seed)]
