@@ -26,6 +26,7 @@ from . import cases as C
 from .bitwise import compare_bits, state_bits
 from .checks import CheckResult, Finding, coarser, compare_tensor
 from .errmodel import Bounded, unit_roundoff
+from .hazards import case_hazards
 from .lockstep import Lockstep
 from .readback import Snapshot, counter_location, math_params
 
@@ -49,6 +50,7 @@ class CaseResult:
     checks: dict = field(default_factory=dict)  # name -> CheckResult
     seconds: float = 0.0
     repro: str = ""             # a command reproducing this row, where `python -m oracle.compare` cannot
+    hazards: list = field(default_factory=list)  # representability hazards (oracle.compare.hazards), as dicts
 
 
 # --- building --------------------------------------------------------------
@@ -217,6 +219,7 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
     res = {name: CheckResult(name) for name in CHECKS}
     try:
         opt, params = lockstep_run(target, case, seed, device, res)
+        result.hazards = case_hazards(target, case, seed, device)
         if "roundtrip" in checks:
             for at in (0, case.steps):
                 roundtrip_run(target, case, seed, device, at, params, opt, res["roundtrip"])
