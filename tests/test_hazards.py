@@ -49,13 +49,14 @@ def test_half_the_bits_lost():
 def test_measured_decay_fraction_of_a_path_losing_decay():
     from oracle.compare import cases as C
     from oracle.compare.registry import builtin_targets
+    from oracle.compare.run import free_run
     target = next(t for t in builtin_targets() if t.name == "torch.adamw.forloop")
     case = C.find_case("adamw/bf16/defaults/single/zero_grads", steps=5)
-    effect = H.measure(target, case, 0, "cpu", "decay")
+    effect = H.measure(target, case, 0, "cpu", "decay", free_run)
     # bfloat16 p * (1 - 1e-5) rounds back to p: none of the oracle's decay is applied
     assert effect["of"] == "weight decay" and effect["fraction"] == pytest.approx(0.0, abs=1e-6)
     ok = C.find_case("adamw/fp32/wd0.1/empty_group/large_decay", steps=5)
-    assert H.measure(target, ok, 0, "cpu", "decay")["fraction"] == pytest.approx(1.0, rel=1e-3)
+    assert H.measure(target, ok, 0, "cpu", "decay", free_run)["fraction"] == pytest.approx(1.0, rel=1e-3)
 
 
 class _Snap:

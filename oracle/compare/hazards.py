@@ -153,20 +153,6 @@ def analyze(optimizer: str, group_hparams: list[dict], convention, compute: str,
 
 # --- the measured effect ---------------------------------------------------------------------------
 
-def _free_run(target, case, seed: int, device: str, hparams: list[dict]):
-    """The target's params after the case's steps, from its initial values, with these hyperparameters."""
-    from . import cases as C
-    from .run import make_params, set_grads
-    params = make_params(case, seed, device)
-    groups = [{"params": ps, **hp} for ps, hp in zip(params, hparams)]
-    opt = target.make(groups, dict(hparams[0]) if hparams else {})
-    for k in range(1, case.steps + 1):
-        set_grads(params, C.grads_at(case, seed, k))
-        opt.step()
-    return [np.concatenate([p.detach().cpu().double().numpy().ravel() for p in ps]) if ps else np.zeros(0)
-            for ps in params]
-
-
 def _oracle_run(target, case, seed: int, hparams: list[dict]):
     """The float64 oracle's params after the case's steps (the target's convention, no rounding)."""
     import oracle
@@ -190,18 +176,19 @@ def _fraction(got: np.ndarray, want: np.ndarray) -> float:
         return float(np.dot(got, want) / denom)
 
 
-def measure(target, case, seed: int, device: str, affects: str) -> dict:
-    """The fraction of the oracle's weight decay (affects="decay": the difference the decay makes,
+def measure(target, case, seed: int, device: str, affects: str, free_run) -> dict:
+    """`free_run(target, case, seed, device, hparams)` gives the target's params (flat, per group)
+    after the case's steps (oracle.compare.run.free_run). The fraction of the oracle's weight decay (affects="decay": the difference the decay makes,
     with vs without it) or of its update (the params' total movement) the target applied over the
     case's steps."""
     from . import cases as C
     hps = case.group_hparams()
     start = [np.concatenate([np.asarray(p).ravel() for p in ps]) if ps else np.zeros(0)
              for ps in C.initial_params(case, seed)]
-    got, want = _free_run(target, case, seed, device, hps), _oracle_run(target, case, seed, hps)
+    got, want = free_run(target, case, seed, device, hps), _oracle_run(target, case, seed, hps)
     if affects == "decay":
         no_wd = [{**hp, "weight_decay": 0.0} for hp in hps]
-        got0, want0 = _free_run(target, case, seed, device, no_wd), _oracle_run(target, case, seed, no_wd)
+        got0, want0 = free_run(target, case, seed, device, no_wd), _oracle_run(target, case, seed, no_wd)
         delta_got = np.concatenate([a - b for a, b in zip(got, got0)])
         delta_want = np.concatenate([a - b for a, b in zip(want, want0)])
         of = "weight decay"
@@ -212,7 +199,7 @@ def measure(target, case, seed: int, device: str, affects: str) -> dict:
     return {"of": of, "steps": case.steps, "fraction": _fraction(delta_got, delta_want)}
 
 
-def case_hazards(target, case, seed: int, device: str, measured: bool = True) -> list[dict]:
+def case_hazards(target, case, seed: int, device: str, free_run=None) -> list[dict]:
     """The hazards of this target on this case, each with its measured effect where it changes results
     (one measurement per effect kind)."""
     compute = target.compute_dtype(case.dtype)
@@ -221,10 +208,10 @@ def case_hazards(target, case, seed: int, device: str, measured: bool = True) ->
     out = []
     for h in found:
         row = h.as_dict()
-        if measured and h.changes_results:
+        if free_run is not None and h.changes_results:
             if h.affects not in effects:
                 try:
-                    effects[h.affects] = measure(target, case, seed, device, h.affects)
+                    effects[h.affects] = measure(target, case, seed, device, h.affects, free_run)
                 except Exception as exc:  # noqa: BLE001 - a measurement that cannot run is said, not fatal
                     effects[h.affects] = {"of": h.affects, "steps": case.steps, "fraction": None,
                                           "error": f"{type(exc).__name__}: {exc}"}
@@ -250,6 +237,12 @@ def summarize(results) -> list[dict]:
             if "effect" in h:
                 row["effects"].append({"case": get("case"), **h["effect"]})
     return list(rows.values())
+
+
+def entries(doc: dict) -> list[dict]:
+    """A report document's `hazards` section (rebuilt from its results for a report written without one)."""
+    from .summary import jsonable
+    return doc["hazards"] if "hazards" in doc else jsonable(summarize(doc["results"]))
 
 
 def line(h: dict) -> str:

@@ -567,8 +567,7 @@ JS = r"""
 
 def precision_hazards_html(doc: dict) -> str:
     """report.json's `hazards` section as a table: what rounds away, in which arithmetic, with what effect."""
-    from .hazards import line
-    from .report import precision_hazards
+    from .hazards import entries as precision_hazards, line
     rows = precision_hazards(doc)
     if not rows:
         return "<p>None.</p>"

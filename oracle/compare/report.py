@@ -98,7 +98,7 @@ def markdown(doc: dict) -> str:
     """report.md from a report document: header, summary, new failures, hazards, known entries;
     every finding, the plots, notes and tracebacks are in report.html."""
     from .explain import failure_line, first_line
-    from .hazards import line
+    from .hazards import entries as precision_hazards, line
     out = ["# Optimizer oracle report", "", f"- created: {doc['created']}", f"- complete: {doc['complete']}",
            f"- versions: {', '.join(f'{k} {v}' for k, v in doc['versions'].items())}",
            f"- command: `{' '.join(doc['argv'])}`", f"- result: {verdict_text(doc)}",
@@ -134,12 +134,6 @@ def markdown(doc: dict) -> str:
         out += ["", "## Known findings", "", f"File `{known['file']}`, device {known['device']}.", ""]
         out += [f"- `{e['id']}`: {e['status']} ({e['reason']}); {e['summary']}" for e in known["entries"]]
     return "\n".join(out) + "\n"
-
-
-def precision_hazards(doc: dict) -> list[dict]:
-    """The document's `hazards` section (rebuilt from its results for a report written without one)."""
-    from .hazards import summarize as hazard_entries
-    return doc["hazards"] if "hazards" in doc else _num(hazard_entries(doc["results"]))
 
 
 def atomic_write(path: str, text: str) -> None:

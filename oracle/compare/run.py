@@ -94,6 +94,18 @@ def set_grads(params, grads, guards: list | None = None) -> None:
                 p.grad = view
 
 
+def free_run(target, case: C.Case, seed: int, device: str, hparams: list[dict]) -> list:
+    """The target's params (flat float64, per group) after the case's steps from its initial values,
+    with these hyperparameters and no checks (oracle.compare.hazards measures effects with it)."""
+    params = make_params(case, seed, device)
+    opt = target.make([{"params": ps, **hp} for ps, hp in zip(params, hparams)], dict(hparams[0]) if hparams else {})
+    for k in range(1, case.steps + 1):
+        set_grads(params, C.grads_at(case, seed, k))
+        opt.step()
+    return [np.concatenate([p.detach().cpu().double().numpy().ravel() for p in ps]) if ps else np.zeros(0)
+            for ps in params]
+
+
 # --- checks ----------------------------------------------------------------
 
 def check_schema(res: CheckResult, case, target, opt, snap: Snapshot, touched) -> None:
@@ -245,7 +257,7 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
     res = {name: CheckResult(name) for name in CHECKS}
     try:
         opt, params = lockstep_run(target, case, seed, device, res)
-        result.hazards = case_hazards(target, case, seed, device)
+        result.hazards = case_hazards(target, case, seed, device, free_run)
         if "roundtrip" in checks:
             for at in (0, case.steps):
                 roundtrip_run(target, case, seed, device, at, params, opt, res["roundtrip"])
