@@ -19,6 +19,9 @@ from oracle.storage import round_to
 from .optimizers import record, records
 
 DTYPES = ("float32", "bfloat16", "float16")
+# The config holding the library's default hyperparameters: run as they are in every dtype (the fp16
+# policy's raised eps would hide exactly the hazards it exists to show).
+DEFAULTS_CONFIG = "defaults"
 SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 # Layouts: per group, the param shapes; a group with no shapes is empty.
@@ -84,7 +87,7 @@ class Case:
         Regime hyperparameters the optimizer does not have are left out."""
         spec, policy = oracle.SPECS[self.optimizer], record(self.optimizer).fp16
         base = {**self.hparams, **{k: v for k, v in REGIMES[self.regime].hparams.items() if k in spec.defaults}}
-        if self.dtype == "float16" and "eps" in spec.defaults:
+        if self.dtype == "float16" and "eps" in spec.defaults and self.config != DEFAULTS_CONFIG:
             base["eps"] = (policy.tiny["eps"] if self.regime == "tiny_grads"
                            else max(base.get("eps", spec.defaults["eps"]), policy.min_eps))
         return base

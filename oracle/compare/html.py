@@ -23,7 +23,7 @@ import re
 from collections import defaultdict
 
 PLOT_CASES = 60          # failing cases that get plots (the rest: findings, repro; data in report.json)
-MATRIX_CHECKS = ("lockstep", "trajectory", "counters", "schema", "roundtrip")
+MATRIX_CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
 DTYPES = ("float32", "bfloat16", "float16")
 SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
@@ -574,6 +574,17 @@ JS = r"""
 """
 
 
+def precision_hazards_html(doc: dict) -> str:
+    """report.json's `hazards` section as a table: what rounds away, in which arithmetic, with what effect."""
+    from .hazards import entries as precision_hazards, line
+    rows = precision_hazards(doc)
+    if not rows:
+        return "<p>None.</p>"
+    return ("<p class='muted'>Hyperparameters and derived constants the target's compute arithmetic cannot hold; "
+            "the measured effect is the fraction of the float64 oracle's weight decay or update the target "
+            "applied over the case.</p><ul>" + "".join(f"<li>{esc(line(h))}</li>" for h in rows) + "</ul>")
+
+
 def render(doc: dict) -> str:
     from .summary import hazards, skipped_line, verdict_text
     anchors = {id(r): f"case-{i}" for i, r in enumerate(doc["results"])}
@@ -593,7 +604,8 @@ def render(doc: dict) -> str:
         f"{esc(', '.join(f'{k} {v}' for k, v in doc.get('versions', {}).items()))}</p>",
         f"<p>command: <code>{esc(' '.join(doc.get('argv', [])))}</code></p></header>",
         "<nav><a href='#grid'>Summary grid</a><a href='#failures'>Failures (" + str(n_bad) + ")</a>"
-        "<a href='#known'>Known findings</a><a href='#hazards'>Hazards</a><a href='#summary'>Summary table</a>"
+        "<a href='#known'>Known findings</a><a href='#hazards'>Hazards</a>"
+        "<a href='#precision-hazards'>Precision hazards</a><a href='#summary'>Summary table</a>"
         "<a href='#notes'>Notes</a><a href='#errors'>Errors</a>"
         "<button type='button' id='expand-all'>Expand all</button><button type='button' id='collapse-all'>Collapse all"
         "</button><input id='filter' type='search' placeholder='filter cases (target, case, check, tensor)'></nav>",
@@ -606,6 +618,7 @@ def render(doc: dict) -> str:
         "<section id='known'><h2>Known findings</h2>", known_html(doc), "</section>",
         "<section id='hazards'><h2>Hazards</h2><ul>" + "".join(f"<li>{esc(h)}</li>" for h in hazards(doc))
         + "</ul></section>",
+        "<section id='precision-hazards'><h2>Precision hazards</h2>", precision_hazards_html(doc), "</section>",
         "<section id='summary'><h2>Summary table</h2>", summary_table_html(doc), "</section>",
         "<section id='notes'><h2>Notes (declared deviations, known defects on passing rows)</h2>", notes_html(doc),
         "</section>",

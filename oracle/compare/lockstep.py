@@ -25,6 +25,7 @@ from oracle.storage import round_to
 
 from .checks import CheckResult, Finding, compare_exact, compare_tensor, tolerance
 from .errmodel import Bounded, unit_roundoff
+from .finite import check_finite, culprit
 from .readback import Snapshot, math_params, read
 
 
@@ -55,16 +56,18 @@ class Lockstep:
     target: the Target (its convention, compute precision, state names).
     opt: what step() is called on; `inner` holds param_groups and state
         (a wrapper's inner optimizer), `opt` itself by default.
-    values / counters / schema: the CheckResults findings go to.
+    values / counters / schema / finite: the CheckResults findings go to
+        (schema and finite default to values).
     """
 
     def __init__(self, target, opt, hparams: list[dict], values: CheckResult, counters: CheckResult,
-                 label: str = "", inner=None, schema: CheckResult | None = None):
+                 label: str = "", inner=None, schema: CheckResult | None = None, finite: CheckResult | None = None):
         self.target, self.opt, self.inner = target, opt, inner if inner is not None else opt
         self.spec = oracle.SPECS[target.optimizer]
         self.hparams = list(hparams)
         self.values, self.counters, self.label = values, counters, label
         self.schema = schema if schema is not None else values
+        self.finite = finite if finite is not None else values
         self.tracked = OptState.empty([g["params"] for g in self.inner.param_groups])
 
     def grow(self, hparams: dict) -> None:
@@ -82,6 +85,14 @@ class Lockstep:
     def read(self) -> Snapshot:
         return read(self.inner, self.target.state_names)
 
+    def oracle_state(self, before: Snapshot, wrap) -> OptState:
+        """The oracle's state from `before`: the target's state entries (wrapped), the oracle's counters."""
+        return OptState(list(self.tracked.group_step),
+                        [[{**{key: wrap(v) for key, v in st.items() if key != "master_param"},
+                           **({"step": self.tracked.params[g][i]["step"]}
+                              if "step" in self.tracked.params[g][i] else {})}
+                          for i, st in enumerate(sts)] for g, sts in enumerate(before.state)])
+
     def expected(self, before: Snapshot, grads, scaling: GradScaling | None = None) -> dict:
         """compute dtype -> the oracle's (params, state) from `before`, as Bounded arrays."""
         hps = self.spec.validate(self.hparams)
@@ -90,13 +101,15 @@ class Lockstep:
             u = unit_roundoff(compute)
             params = [[Bounded(p, None, u) for p in ps] for ps in math_params(before)]
             bgrads = [[None if gr is None else Bounded(gr, None, u) for gr in gs] for gs in grads]
-            state = OptState(list(self.tracked.group_step),
-                             [[{**{key: Bounded(v, None, u) for key, v in st.items() if key != "master_param"},
-                                **({"step": self.tracked.params[g][i]["step"]}
-                                   if "step" in self.tracked.params[g][i] else {})}
-                               for i, st in enumerate(sts)] for g, sts in enumerate(before.state)])
+            state = self.oracle_state(before, lambda v: Bounded(v, None, u))
             out[compute] = self.spec.step(params, bgrads, state, hps, self.target.convention, scaling)
         return out
+
+    def explain(self, before: Snapshot, grads, scaling, g: int, i: int, index: tuple) -> str | None:
+        """The operation that makes element (g, i, index) non-finite in the target's compute arithmetic."""
+        compute = self.computes(before)[g][i]
+        return culprit(self.spec, self.target.convention, self.spec.validate(self.hparams), math_params(before),
+                       grads, self.oracle_state(before, lambda v: v), compute, (g, i, index), scaling)
 
     def computes(self, snap: Snapshot) -> list:
         return [[self.target.compute_dtype(snap.dtypes[g][i]["param"]) for i in range(len(ps))]
@@ -108,6 +121,8 @@ class Lockstep:
         expected = self.expected(before, grads, scaling)
         (do_step or self.opt.step)()
         after = self.read()
+        check_finite(self.finite, k, before, after, grads,
+                     lambda g, i, index: self.explain(before, grads, scaling, g, i, index))
         self.tracked = counters_only(next(iter(expected.values()))[1])
         self.compare(k, before, after, expected)
         check_counters(self.counters, k, self.target.convention.counter, self.tracked, after, self.label)

@@ -87,7 +87,8 @@ def result_dict(result, device: str) -> dict:
             "hparams": [_num(dict(hp)) for hp in result.hparams],
             "seed": result.seed, "steps": result.steps, "status": result.status, "reason": reason(result),
             "seconds": round(result.seconds, 3), "repro": repro_command(result, device),
-            "checks": {name: check_dict(c, measures=bad) for name, c in result.checks.items()}}
+            "checks": {name: check_dict(c, measures=bad) for name, c in result.checks.items()},
+            **({"hazards": _num(result.hazards)} if getattr(result, "hazards", None) else {})}
 
 
 MD_FAILURES = 40  # failure lines in report.md (all of them are in report.html and report.json)
@@ -97,6 +98,7 @@ def markdown(doc: dict) -> str:
     """report.md from a report document: header, summary, new failures, hazards, known entries;
     every finding, the plots, notes and tracebacks are in report.html."""
     from .explain import failure_line, first_line
+    from .hazards import entries as precision_hazards, line
     out = ["# Optimizer oracle report", "", f"- created: {doc['created']}", f"- complete: {doc['complete']}",
            f"- versions: {', '.join(f'{k} {v}' for k, v in doc['versions'].items())}",
            f"- command: `{' '.join(doc['argv'])}`", f"- result: {verdict_text(doc)}",
@@ -127,6 +129,12 @@ def markdown(doc: dict) -> str:
             out.append(f"- ... and {len(errors) - MD_FAILURES} more (see [report.html](report.html))")
     out += ["", "## Hazards", ""]
     out += [f"- {h}" for h in hazards(doc)] or ["None."]
+    out += ["", "## Precision hazards", "",
+            "Hyperparameters and derived constants the target's compute arithmetic cannot hold "
+            "(oracle.compare.hazards), with the measured effect where they change results.", ""]
+    out += [f"- {line(h)}" for h in precision_hazards(doc)[:MD_FAILURES]] or ["None."]
+    if len(precision_hazards(doc)) > MD_FAILURES:
+        out.append(f"- ... and {len(precision_hazards(doc)) - MD_FAILURES} more (see [report.html](report.html))")
     known = doc.get("known")
     if known and known.get("entries"):
         out += ["", "## Known findings", "", f"File `{known['file']}`, device {known['device']}.", ""]
@@ -160,8 +168,9 @@ def document(results, argv, complete: bool, device: str, extra: dict | None = No
     """The report.json document of a run."""
     meta = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "complete": complete,
             "versions": versions(), "argv": list(argv), **(extra or {})}
+    from .hazards import summarize as hazard_entries
     return {**_num(meta), "summary": [_num(r) for r in summarize(results)],
-            "results": [result_dict(r, device) for r in results]}
+            "hazards": _num(hazard_entries(results)), "results": [result_dict(r, device) for r in results]}
 
 
 _SCALAR = r'(?:-?\d[\d.eE+-]*|null|true|false|"-?inf"|"nan")'

@@ -26,12 +26,14 @@ from . import cases as C
 from .bitwise import compare_bits, state_bits
 from .checks import CheckResult, Finding, coarser, compare_tensor
 from .errmodel import Bounded, unit_roundoff
+from .guards import allocate
+from .hazards import case_hazards
 from .lockstep import Lockstep
 from .readback import Snapshot, counter_location, math_params
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float64": torch.float64}
-CHECKS = ("lockstep", "trajectory", "counters", "schema", "roundtrip")
+CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
 EXTRA_STEPS = 3  # continuation length after a checkpoint reload
 
 
@@ -49,14 +51,27 @@ class CaseResult:
     checks: dict = field(default_factory=dict)  # name -> CheckResult
     seconds: float = 0.0
     repro: str = ""             # a command reproducing this row, where `python -m oracle.compare` cannot
+    hazards: list = field(default_factory=list)  # representability hazards (oracle.compare.hazards), as dicts
 
 
 # --- building --------------------------------------------------------------
 
-def make_params(case: C.Case, seed: int, device: str) -> list:
+def make_params(case: C.Case, seed: int, device: str, guards: list | None = None) -> list:
+    """The case's params; with `guards`, each inside a guarded buffer (oracle.compare.guards) whose
+    Guard is appended there."""
     dt = TORCH_DTYPES[case.dtype]
-    return [[torch.tensor(p, dtype=dt, device=device).requires_grad_() for p in group]
-            for group in C.initial_params(case, seed)]
+    if guards is None:
+        return [[torch.tensor(p, dtype=dt, device=device).requires_grad_() for p in group]
+                for group in C.initial_params(case, seed)]
+    out = []
+    for g, group in enumerate(C.initial_params(case, seed)):
+        row = []
+        for i, p in enumerate(group):
+            view, guard = allocate(p, dt, device, f"group {g} param {i} param")
+            guards.append(guard)
+            row.append(view.requires_grad_())
+        out.append(row)
+    return out
 
 
 def build(target, case: C.Case, params) -> torch.optim.Optimizer:
@@ -64,10 +79,31 @@ def build(target, case: C.Case, params) -> torch.optim.Optimizer:
     return target.make(groups, case.base_hparams())
 
 
-def set_grads(params, grads) -> None:
-    for ps, gs in zip(params, grads):
-        for p, g in zip(ps, gs):
-            p.grad = None if g is None else torch.tensor(g, dtype=p.dtype, device=p.device)
+def set_grads(params, grads, guards: list | None = None) -> None:
+    """p.grad from float64 values; with `guards`, each grad inside a guarded buffer, its Guard and a
+    copy of its values appended there as (guard, copy)."""
+    for g_, (ps, gs) in enumerate(zip(params, grads)):
+        for i, (p, g) in enumerate(zip(ps, gs)):
+            if g is None:
+                p.grad = None
+            elif guards is None:
+                p.grad = torch.tensor(g, dtype=p.dtype, device=p.device)
+            else:
+                view, guard = allocate(g, p.dtype, p.device, f"group {g_} param {i} grad")
+                guards.append((guard, view.detach().clone()))
+                p.grad = view
+
+
+def free_run(target, case: C.Case, seed: int, device: str, hparams: list[dict]) -> list:
+    """The target's params (flat float64, per group) after the case's steps from its initial values,
+    with these hyperparameters and no checks (oracle.compare.hazards measures effects with it)."""
+    params = make_params(case, seed, device)
+    opt = target.make([{"params": ps, **hp} for ps, hp in zip(params, hparams)], dict(hparams[0]) if hparams else {})
+    for k in range(1, case.steps + 1):
+        set_grads(params, C.grads_at(case, seed, k))
+        opt.step()
+    return [np.concatenate([p.detach().cpu().double().numpy().ravel() for p in ps]) if ps else np.zeros(0)
+            for ps in params]
 
 
 # --- checks ----------------------------------------------------------------
@@ -148,9 +184,11 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
     compute = target.compute_dtype(case.dtype)
     u = unit_roundoff(compute)
     hps = spec.validate(case.group_hparams())
-    params = make_params(case, seed, device)
+    guards: list = []
+    params = make_params(case, seed, device, guards)
     opt = build(target, case, params)
-    ls = Lockstep(target, opt, case.group_hparams(), res["lockstep"], res["counters"], schema=res["schema"])
+    ls = Lockstep(target, opt, case.group_hparams(), res["lockstep"], res["counters"], schema=res["schema"],
+                  finite=res["finite"])
     # The trajectory starts from the oracle's own initial state (Adagrad's
     # accumulator = the group's initial_accumulator_value), not the target's.
     traj_params = [[Bounded(p, None, u) for p in group] for group in C.initial_params(case, seed)]
@@ -158,11 +196,14 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
     touched = [[False] * len(group) for group in params]
     for k in range(1, case.steps + EXTRA_STEPS + 1):
         grads = C.grads_at(case, seed, k)
-        set_grads(params, grads)
+        grad_guards: list = []
+        set_grads(params, grads, grad_guards)
         if k > case.steps:
             opt.step()
             continue
         before, after = ls.step(k, grads)
+        for guard in guards + [gg for gg, _ in grad_guards]:
+            guard.check(res["bounds"], k)
         touched = [[t or g is not None for t, g in zip(ts, gs)] for ts, gs in zip(touched, grads)]
         bgrads = [[None if g is None else Bounded(g, None, u) for g in gs] for gs in grads]
         traj_params, traj_state = spec.step(traj_params, bgrads, traj_state, hps, target.convention)
@@ -216,6 +257,7 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
     res = {name: CheckResult(name) for name in CHECKS}
     try:
         opt, params = lockstep_run(target, case, seed, device, res)
+        result.hazards = case_hazards(target, case, seed, device, free_run)
         if "roundtrip" in checks:
             for at in (0, case.steps):
                 roundtrip_run(target, case, seed, device, at, params, opt, res["roundtrip"])

@@ -305,6 +305,32 @@ class BNB1185ContiguousGrads(_Mutant, B.TorchAdamW):
         return g * inv_scale if inv_scale != 1.0 else g
 
 
+class Optax1754StorageEpsUnderflow(_Mutant, B.TorchAdamW):
+    PROVENANCE = "optax #1754 (torch: pytorch #147437)"
+    DESCRIPTION = ("every op in the param dtype, declared honestly (compute = storage): eps = 1e-8 rounds to 0 "
+                   "in float16, so a zero grad divides 0 by 0")
+    EXPECT = ('finite', 'group 0 param 0', 1, 'fp16/defaults')
+    ORACLE_COMPUTE = "storage"
+
+    def _update(self, p, st, group, t):
+        # torch's forloop order, each op rounding to p's dtype: only `finite` can object, as the
+        # declared arithmetic predicts the same 0/0 (the lockstep bound there is unbounded)
+        lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+        b1, b2 = group["betas"]
+        g = -p.grad if group["maximize"] else p.grad
+        m, v = st["exp_avg"], st["exp_avg_sq"]
+        p.mul_(1 - lr * wd)
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        vmax = v
+        if group["amsgrad"]:
+            vmax = torch.maximum(st["max_exp_avg_sq"], v)
+            st["max_exp_avg_sq"].copy_(vmax)
+        bc1, bc2 = self._corrections(group, t)
+        denom = (vmax.sqrt() / (bc2 ** 0.5)).add_(torch.tensor(eps, dtype=p.dtype))
+        p.addcdiv_(m, denom, value=-lr / bc1)
+
+
 # --- the multi-tensor launcher -------------------------------------------
 
 class TE3207ZeroNumelLast(_Mutant, B.GroupAdamW):
@@ -322,6 +348,20 @@ class TE3207ZeroNumelLast(_Mutant, B.GroupAdamW):
             if len(batch) == self.LAUNCH_SIZE or (last and item.numel() > 0):
                 fn(batch)
                 batch = []
+
+
+class StridedOnePastEnd(_Mutant, B.TorchAdamW):
+    PROVENANCE = "torch 2.13 CPU fused kernels (reports/known.toml torch-fused-cpu-strided-writes-outside-view)"
+    DESCRIPTION = ("the kernel walks numel elements at the view's stride from its start, one too many: "
+                   "it writes one element past a strided view")
+    EXPECT = ('irregular.bounds', '[noncontiguous] nc_s param', 1, '')
+
+    def _store(self, p, st, pf):
+        super()._store(p, st, pf)
+        if p.dim() == 1 and p.numel() and p.stride(0) > 1:
+            past = p.storage_offset() + p.numel() * p.stride(0)
+            if past < p.untyped_storage().nbytes() // p.element_size():  # never past the allocation itself
+                torch.as_strided(p, (p.numel() + 1,), (p.stride(0),))[-1] = pf[-1]
 
 
 class DS7640Int32Sizes(_Mutant, B.GroupAdamW):

@@ -35,8 +35,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-CHECK_ORDER = ("lockstep", "trajectory", "counters", "schema", "roundtrip", "error")
+CHECK_ORDER = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip", "error")
 MATRIX_DTYPES = ("float32", "bfloat16")
+# float16 only for the library-defaults rows: where eps = 1e-8 rounds to 0 (the finite check's inputs)
+DEFAULTS_DTYPES = ("float16",)
 DEFAULT_SKIP_SCENARIOS = ("rank_skew",)
 TORCH_REFERENCES = ("torch.adamw.forloop", "torch.adam.forloop", "torch.adagrad.forloop", "torch.adamw.fused",
                     "torch.sgd.forloop")
@@ -139,7 +141,9 @@ def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int, t
     if entry.wrapper is not None:
         yield "construction.", _scenarios().run_construction(target, device, seed, wrapper=entry.wrapper)
         return
-    for _, job, _ in jobs_for(target, MATRIX_DTYPES, steps, [seed], None, scenario_names, matrix=True):
+    jobs = [job for _, job, _ in jobs_for(target, MATRIX_DTYPES, steps, [seed], None, scenario_names, matrix=True)]
+    jobs += [job for _, job, _ in jobs_for(target, DEFAULTS_DTYPES, steps, [seed], "*/defaults/*", (), matrix=True)]
+    for job in jobs:
         prefix = f"{job.scenario}." if hasattr(job, "scenario") else ""
         for r in rows(run_job(target, job.name, seed, steps, device, teach=False)):
             yield prefix, r

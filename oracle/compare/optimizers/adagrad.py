@@ -7,11 +7,16 @@ CONFIGS = {
     "lr_decay": {"lr": 1e-1, "lr_decay": 0.05},
     "init_acc": {"lr": 1e-2, "initial_accumulator_value": 0.1, "weight_decay": 0.1},
     "maximize": {"lr": 1e-2, "maximize": True},
+    # torch.optim.Adagrad's signature: a zero initial accumulator and eps = 1e-10 (0 in float16), so an
+    # element whose grads are all exactly zero divides 0 by sqrt(0) + eps
+    "defaults": {"lr": 1e-2, "lr_decay": 0.0, "weight_decay": 0.0, "initial_accumulator_value": 0.0,
+                 "eps": 1e-10},
 }
 PLAN = (("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
         ("wd0.1", "empty_group", "large_decay"), ("lr_decay", "rank_skew", "small_params"),
         ("init_acc", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
-        ("wd0.1", "scalar", "lr0"), ("init_acc", "many_shapes", "tiny_grads"))
+        ("wd0.1", "scalar", "lr0"), ("init_acc", "many_shapes", "tiny_grads"),
+        ("defaults", "single", "zero_grads"))
 
 RECORDS = (
     # torch's fused Adagrad on bf16/fp16 params deviates from "fp32 math, round

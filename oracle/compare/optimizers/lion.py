@@ -14,6 +14,8 @@ CONFIGS = {
     "wd0.1": {"lr": 1e-3, "weight_decay": 0.1},
     "betas": {"lr": 3e-4, "betas": (0.95, 0.98), "weight_decay": 0.1},
     "maximize": {"lr": 1e-3, "weight_decay": 0.1, "maximize": True},
+    # the reference implementation's defaults (google/automl lion_pytorch.py, lucidrains/lion-pytorch)
+    "defaults": {"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 0.0},
 }
 # zero_grads: exactly-zero grads make c exactly 0 on the first step, where
 # sign(0) conventions differ; lr0 with decay shows whether decay uses lr.
@@ -21,7 +23,8 @@ PLAN = (("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
         ("wd0.1", "empty_group", "large_decay"), ("betas", "rank_skew", "small_params"),
         ("wd0.1", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
         ("wd0.1", "scalar", "lr0"), ("betas", "many_shapes", "tiny_grads"),
-        ("wd0", "scalar", "lr0_zero_grads"), ("wd0.1", "single", "zero_grads"))
+        ("wd0", "scalar", "lr0_zero_grads"), ("wd0.1", "single", "zero_grads"),
+        ("defaults", "single", "zero_grads"))
 
 
 def deepspeed_lion_targets() -> list:

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 import time
 
 import numpy as np
-import torch
 
 import oracle
 
@@ -15,7 +14,8 @@ from ..checks import CheckResult, Finding
 from ..lockstep import Lockstep
 from ..run import TORCH_DTYPES
 from . import scenario
-from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+from ..guards import allocate
+from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, unavailable, values
 
 
 @dataclass(frozen=True)
@@ -48,16 +48,13 @@ SUBCASES = {
 }
 
 
-def _noncontiguous(x: np.ndarray, dtype, device, kind):
-    """A leaf tensor with the values of x that is not contiguous."""
-    dt = TORCH_DTYPES[dtype]
-    if kind == "t":  # a transposed layout
-        t = torch.empty(x.shape[::-1], dtype=dt, device=device).t()
-    else:  # every other element of a larger buffer
-        t = torch.empty(2 * x.size, dtype=dt, device=device)[::2].view(x.shape)
-    with torch.no_grad():
-        t.copy_(torch.tensor(x, dtype=dt))
-    return t.detach().requires_grad_()
+def _guarded(x: np.ndarray, dtype, device, kind, name: str, guards: list, leaf: bool = True):
+    """A tensor with the values of x inside a guarded buffer (oracle.compare.guards): kind "t" a
+    transposed layout, "s" every other element (guards in the gaps), else contiguous."""
+    layout = {"t": "transposed", "s": "strided"}.get(kind, "contiguous")
+    view, guard = allocate(x, TORCH_DTYPES[dtype], device, name, layout)
+    guards.append(guard)
+    return view.requires_grad_() if leaf else view
 
 
 @guarded
@@ -72,6 +69,7 @@ def run_irregular(target, device="cpu", seed=0):
     if reason:
         return skip(result, reason)
     checks, notes = {}, []
+    bounds = CheckResult("bounds")  # every sub-case's params and grads sit in guarded buffers
     spec = oracle.SPECS[target.optimizer]
     for name, sub in SUBCASES.items():
         groups, none, steps = sub.groups, sub.grad_none, sub.steps
@@ -83,12 +81,13 @@ def run_irregular(target, device="cpu", seed=0):
             notes.append(f"{name} skipped ({res.note[9:]})")
             continue
         hp = [{**base, **{k: v for k, v in sub.hparams.items() if k in spec.defaults}}]
-        params = []
+        params, guards = [], []
         for g, group in enumerate(groups):
             row = []
             for label, shape, dt in group:
                 x = values(seed, shape, dt, 1.0, "irregular", name, label)
-                row.append(_noncontiguous(x, dt, device, label[-1]) if label.startswith("nc_") else tensor(x, dt, device))
+                kind = label[-1] if label.startswith("nc_") else ""
+                row.append(_guarded(x, dt, device, kind, f"[{name}] {label} param", guards))
             params.append(row)
         layout = [[(label, shape, dt) for label, shape, dt in group] for group in groups]
         try:
@@ -106,7 +105,7 @@ def run_irregular(target, device="cpu", seed=0):
         for k in range(1, steps + 1):
             if k == sub.add_group_at:
                 x = values(seed, (3, 3), "float32", 1.0, "irregular", name, "late")
-                late = tensor(x, "float32", device)
+                late = _guarded(x, "float32", device, "", f"[{name}] late param", guards)
                 late_hp = {**base, "weight_decay": 0.0, "lr": base.get("lr", 1e-2) * 0.5}
                 opt.add_param_group({"params": [late], **late_hp})
                 params.append([late])
@@ -119,14 +118,14 @@ def run_irregular(target, device="cpu", seed=0):
                     scale = 1.0 if dt == "float16" else 0.1
                     row.append(None if k in none.get(label, ()) else grad_values(seed, ("irr", name, label), k, shape, dt, scale))
                 grads.append(row)
+            grad_guards = []
             for g, (ps, gs, lay) in enumerate(zip(params, grads, layout)):
                 for p, gr, (label, shape, dt) in zip(ps, gs, lay):
                     if gr is None:
                         p.grad = None
-                    elif label.startswith("nc_"):
-                        p.grad = _noncontiguous(gr, dt, device, "s" if label[-1] == "t" else "t").detach()
-                    else:
-                        p.grad = torch.tensor(gr, dtype=p.dtype, device=p.device)
+                        continue
+                    kind = ("s" if label[-1] == "t" else "t") if label.startswith("nc_") else ""
+                    p.grad = _guarded(gr, dt, device, kind, f"[{name}] {label} grad", grad_guards, leaf=False)
             try:
                 ls.step(k, grads)
             except Exception as exc:  # noqa: BLE001 - reported in this sub-case, the others still run
@@ -138,6 +137,8 @@ def run_irregular(target, device="cpu", seed=0):
                     res.fail(Finding(name, k, f"[{name}] step()", expected="an update", got=type(exc).__name__,
                                      detail=str(exc)[:300]))
                 break
+            for guard in guards + grad_guards:
+                guard.check(bounds, k)
             for (g, i), (ptr, stride) in ptrs.items():
                 p = params[g][i]
                 res.compared += 1
@@ -145,6 +146,7 @@ def run_irregular(target, device="cpu", seed=0):
                     res.fail(Finding(name, k, f"[{name}] group {g} param {i} storage", expected=f"{ptr:#x} {stride}",
                                      got=f"{p.data_ptr():#x} {p.stride()}",
                                      detail="the param was replaced, not updated in place (views of it go stale)"))
+    checks["bounds"] = bounds
     return finish(target, result, checks, t0, notes)
 
 

@@ -1,0 +1,90 @@
+"""Guarded tensors: every param and grad the suite creates lives inside a larger buffer with guard
+values before it, after it and (for strided views) in its gaps; a write outside the view changes a
+guard and fails the `bounds` check, naming the tensor and the offsets written.
+
+    view, guard = allocate(values, "bfloat16", "cpu", "param 0", layout="strided")
+    ... opt.step() ...
+    guard.check(result, step)          # every guard element bitwise unchanged
+    guard.check_view(result, step, before)   # the view itself bitwise unchanged (inputs: grads)
+
+Offsets are in elements relative to the view's first element (its storage offset), so -1 is the
+element just before the tensor and numel*stride the one just past a strided view.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .checks import CheckResult, Finding
+
+PAD = 4            # guard elements before and after every view
+SENTINEL = -31.0   # exact in every format; what a guard holds (compared bitwise, not by value)
+LAYOUTS = ("contiguous", "strided", "transposed")
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().contiguous().view(_INT[t.element_size()])
+
+
+class Guard:
+    """One guarded buffer: the view's element offsets and the guards' bits at allocation."""
+
+    def __init__(self, name: str, buffer: torch.Tensor, view: torch.Tensor, offsets: torch.Tensor):
+        self.name, self.buffer, self.view = name, buffer, view
+        inside = torch.zeros(buffer.numel(), dtype=torch.bool)
+        inside[offsets] = True
+        self.outside = ~inside
+        self.start = view.storage_offset()
+        self.reference = _bits(buffer)[self.outside].clone()
+
+    def changed(self) -> list[int]:
+        """Offsets (relative to the view's start) of guard elements whose bits changed."""
+        now = _bits(self.buffer)[self.outside]
+        where = torch.nonzero(self.outside).reshape(-1)[now != self.reference]
+        return [int(i) - self.start for i in where]
+
+    def check(self, res: CheckResult, step, label: str = "") -> None:
+        res.compared += int(self.outside.sum())
+        bad = self.changed()
+        if bad:
+            shown = ", ".join(map(str, bad[:8])) + (" ..." if len(bad) > 8 else "")
+            res.fail(Finding(res.check, step, f"{label}{self.name}", (bad[0],), "guard unchanged", "written",
+                             detail=f"wrote outside the tensor's view: {len(bad)} guard element(s) at offsets "
+                                    f"{shown} (relative to the view's first element; view of {self.view.numel()} "
+                                    f"element(s), strides {tuple(self.view.stride())})"))
+
+    def check_view(self, res: CheckResult, step, before: torch.Tensor, label: str = "", what: str = "grad") -> None:
+        """The view's own elements are bitwise what they were (an input the optimizer must not write)."""
+        res.compared += self.view.numel()
+        if self.view.numel() and not torch.equal(_bits(self.view), _bits(before)):
+            diff = (_bits(self.view) != _bits(before)).reshape(-1)
+            first = int(torch.nonzero(diff)[0])
+            res.fail(Finding(res.check, step, f"{label}{self.name}", (first,), float(before.reshape(-1)[first]),
+                             float(self.view.detach().reshape(-1)[first]),
+                             detail=f"{what} modified by step(): {int(diff.sum())} of {self.view.numel()} element(s)"
+                                    f" (strides {tuple(self.view.stride())})"))
+
+
+def allocate(values, dtype: torch.dtype, device, name: str, layout: str = "contiguous") -> tuple:
+    """(view, Guard): a tensor holding `values` inside a guarded buffer. "strided" leaves a guarded
+    gap after every element (stride 2 in the last dimension); "transposed" is a transposed view of a
+    contiguous block."""
+    x = torch.as_tensor(np.asarray(values, dtype=np.float64)).to(dtype)
+    shape = tuple(x.shape)
+    if layout == "transposed" and len(shape) == 2:
+        strides = (1, shape[0])  # the transpose of a contiguous (cols, rows) block
+    else:
+        strides = tuple(torch.empty(shape).stride()) if shape else ()
+        if layout == "strided":
+            strides = tuple(2 * s for s in strides)
+    span = (1 + sum((n - 1) * s for n, s in zip(shape, strides))) if x.numel() else 0
+    buffer = torch.full((PAD + span + PAD + (1 if layout == "strided" else 0),), SENTINEL, dtype=dtype, device=device)
+    view = torch.as_strided(buffer, shape, strides, PAD)
+    with torch.no_grad():
+        view.copy_(x)
+    offsets = torch.as_strided(torch.arange(buffer.numel()), shape, strides, PAD).reshape(-1)
+    return view, Guard(name, buffer, view, offsets)
+
+
+__all__ = ["Guard", "LAYOUTS", "PAD", "SENTINEL", "allocate"]

@@ -1,0 +1,262 @@
+"""Representability hazards: hyperparameters and derived constants the target's compute arithmetic
+cannot hold.
+
+Static: for a target, a case and a dtype, every hyperparameter and derived constant (eps, lr, wd,
+lr*wd, 1 - lr*wd, the betas, lr_decay terms, ...) is rounded to the format the target computes in
+(Target.compute_dtype; float32 first where the convention holds hyperparameters as float32), as the
+error model (oracle.compare.errmodel) holds constants. A quantity is hazardous when it
+
+    rounds to 0                 its magnitude carries it (eps, lr, lr*wd) and it underflows
+    rounds to 1                 its distance from 1 carries it (betas, 1 - lr*wd) and that is lost
+    loses more than half its bits   a subnormal with fewer than p/2 significand bits, or a value
+                                near 1 whose distance from 1 keeps fewer than p/2 bits
+
+and each hazard says its consequence in words. A hazard that changes results (rounds to 0 or 1) is
+measured on the case (`measure`): over its steps, the fraction of the float64 oracle's weight decay
+(or of its update) the target actually applied.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from oracle.storage import FORMATS, canonical, quantum, round_to
+
+KINDS = ("rounds to 0", "rounds to 1", "loses more than half its bits")
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A constant the kernel holds: its name, exact value, whether its magnitude ("value") or its
+    distance from 1 ("complement") carries it, what is lost if it rounds away, and what that loss
+    affects ("decay" or "update")."""
+
+    name: str
+    value: float
+    form: str
+    lost: str
+    affects: str = "update"
+
+
+@dataclass(frozen=True)
+class Hazard:
+    quantity: str
+    value: float
+    stored: float
+    compute: str
+    kind: str
+    consequence: str
+    affects: str
+    changes_results: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def significand_bits(x: float, dtype: str) -> int:
+    """Significand bits the format keeps for |x| (fewer than p in the subnormal range)."""
+    bits, emin, _ = FORMATS[canonical(dtype)]
+    e = math.floor(math.log2(abs(x)))
+    return bits - max(0, emin - e)
+
+
+def complement_bits(x: float, dtype: str) -> float:
+    """Bits of 1 - x the format keeps when it holds x (x near 1): log2 of (1 - x) in ULPs at x."""
+    return math.log2(abs(1.0 - x) / float(quantum(x, dtype))) + 1.0
+
+
+def classify(q: Quantity, dtype: str) -> tuple[str, float] | None:
+    """(kind, stored value) of a hazardous quantity in `dtype`, or None."""
+    x = q.value
+    if x == 0 or (q.form == "complement" and x == 1.0):
+        return None  # exact, and what was asked for
+    stored = float(round_to(x, dtype))
+    half = FORMATS[canonical(dtype)][0] / 2
+    if q.form == "value":
+        if stored == 0:
+            return "rounds to 0", stored
+        return ("loses more than half its bits", stored) if significand_bits(x, dtype) < half else None
+    if stored == 1.0:
+        return "rounds to 1", stored
+    return ("loses more than half its bits", stored) if complement_bits(x, dtype) < half else None
+
+
+def _f32(x: float, enabled: bool) -> float:
+    return float(np.float32(x)) if enabled else float(x)
+
+
+def quantities(optimizer: str, hp: dict, convention, steps: int) -> list[Quantity]:
+    """The constants one group's hyperparameters give this optimizer's kernel."""
+    f = lambda k: _f32(hp[k], getattr(convention, "fp32_hparams", False)) if k in hp else None  # noqa: E731
+    lr, wd, eps = f("lr"), f("weight_decay"), f("eps")
+    out = [Quantity("lr", lr, "value", "the update is lost: params never move")]
+    if eps is not None:
+        out.append(Quantity("eps", eps, "value",
+                            "eps is lost: where the second moment is 0 (a zero grad) the update divides 0 by 0"))
+    if wd:
+        out.append(Quantity("weight_decay", wd, "value", "weight decay is lost", "decay"))
+        out.append(Quantity("lr*wd", lr * wd, "value", "the per-step decay lr*wd is lost", "decay"))
+        if getattr(convention, "decay", "decoupled") == "decoupled" and optimizer in ("adam", "adamw", "lion"):
+            out.append(Quantity("1 - lr*wd", 1.0 - lr * wd, "complement",
+                                "decoupled decay is lost: p * (1 - lr*wd) leaves p unchanged", "decay"))
+    if "betas" in hp:
+        b1, b2 = (_f32(b, getattr(convention, "fp32_hparams", False)) for b in hp["betas"])
+        out.append(Quantity("beta1", b1, "complement", "1 - beta1 = 0: the first moment stops following the grads"))
+        if optimizer == "lion":
+            out.append(Quantity("beta2", b2, "complement", "1 - beta2 = 0: the momentum stops following the grads"))
+        else:
+            out.append(Quantity("beta2", b2, "complement",
+                                "1 - beta2 = 0: the second moment stops following the squared grads"))
+            out.append(Quantity("1 - beta2", 1.0 - b2, "value",
+                                "the squared grad's weight (1 - beta2) is lost: the second moment stays 0"))
+    if hp.get("momentum"):
+        out.append(Quantity("momentum", f("momentum"), "complement", "the momentum buffer never decays"))
+    if hp.get("lr_decay"):
+        out.append(Quantity("lr_decay", f("lr_decay"), "value", "the learning-rate decay is lost"))
+        clr = lr / (1.0 + (steps - 1) * f("lr_decay"))
+        out.append(Quantity(f"lr/(1+{steps - 1}*lr_decay)", clr, "value", "the decayed learning rate is lost"))
+    if hp.get("initial_accumulator_value"):
+        out.append(Quantity("initial_accumulator_value", f("initial_accumulator_value"), "value",
+                            "the initial accumulator is lost"))
+    return [q for q in out if q.value is not None]
+
+
+def consequence(q: Quantity, kind: str, stored: float, compute: str) -> str:
+    """The hazard in words: what is lost, or how few bits are left."""
+    if kind != KINDS[2]:
+        return f"{q.lost}: {q.name} = {q.value:.8g} {kind} in {compute}"
+    p = FORMATS[canonical(compute)][0]
+    if q.form == "complement":
+        bits = complement_bits(q.value, compute)
+        return (f"{q.name} = {q.value:.8g} is held as {stored:.8g} in {compute}: 1 - {q.name} = {1 - stored:.4g} "
+                f"instead of {1 - q.value:.4g} ({bits:.0f} of {p} bits)")
+    return (f"{q.name} = {q.value:.4g} is a {compute} subnormal held as {stored:.4g} "
+            f"({significand_bits(q.value, compute)} of {p} bits)")
+
+
+def analyze(optimizer: str, group_hparams: list[dict], convention, compute: str, steps: int) -> list[Hazard]:
+    """Every hazardous quantity of every group (each once), in `compute` arithmetic."""
+    import oracle
+    found: dict[str, Hazard] = {}
+    for hp in oracle.SPECS[optimizer].validate(group_hparams):
+        for q in quantities(optimizer, hp, convention, steps):
+            hit = classify(q, compute)
+            if hit is None or q.name in found:
+                continue
+            kind, stored = hit
+            found[q.name] = Hazard(q.name, q.value, stored, compute, kind, consequence(q, kind, stored, compute),
+                                   q.affects, kind != KINDS[2])
+    return list(found.values())
+
+
+# --- the measured effect ---------------------------------------------------------------------------
+
+def _oracle_run(target, case, seed: int, hparams: list[dict]):
+    """The float64 oracle's params after the case's steps (the target's convention, no rounding)."""
+    import oracle
+    from oracle.common import OptState
+
+    from . import cases as C
+    spec = oracle.SPECS[case.optimizer]
+    params = C.initial_params(case, seed)
+    state = OptState.empty(params)
+    for k in range(1, case.steps + 1):
+        params, state = spec.step(params, C.grads_at(case, seed, k), state, hparams, target.convention)
+    return [np.concatenate([np.asarray(p).ravel() for p in ps]) if ps else np.zeros(0) for ps in params]
+
+
+def _fraction(got: np.ndarray, want: np.ndarray) -> float:
+    """How much of `want` `got` applied: the projection <got, want> / <want, want> (1 = all of it)."""
+    denom = float(np.dot(want, want))
+    if denom == 0:
+        return float("nan")
+    with np.errstate(all="ignore"):
+        return float(np.dot(got, want) / denom)
+
+
+def measure(target, case, seed: int, device: str, affects: str, free_run) -> dict:
+    """`free_run(target, case, seed, device, hparams)` gives the target's params (flat, per group)
+    after the case's steps (oracle.compare.run.free_run). The fraction of the oracle's weight decay (affects="decay": the difference the decay makes,
+    with vs without it) or of its update (the params' total movement) the target applied over the
+    case's steps."""
+    from . import cases as C
+    hps = case.group_hparams()
+    start = [np.concatenate([np.asarray(p).ravel() for p in ps]) if ps else np.zeros(0)
+             for ps in C.initial_params(case, seed)]
+    got, want = free_run(target, case, seed, device, hps), _oracle_run(target, case, seed, hps)
+    if affects == "decay":
+        no_wd = [{**hp, "weight_decay": 0.0} for hp in hps]
+        got0, want0 = free_run(target, case, seed, device, no_wd), _oracle_run(target, case, seed, no_wd)
+        delta_got = np.concatenate([a - b for a, b in zip(got, got0)])
+        delta_want = np.concatenate([a - b for a, b in zip(want, want0)])
+        of = "weight decay"
+    else:
+        delta_got = np.concatenate([a - s for a, s in zip(got, start)])
+        delta_want = np.concatenate([a - s for a, s in zip(want, start)])
+        of = "update"
+    return {"of": of, "steps": case.steps, "fraction": _fraction(delta_got, delta_want)}
+
+
+def case_hazards(target, case, seed: int, device: str, free_run=None) -> list[dict]:
+    """The hazards of this target on this case, each with its measured effect where it changes results
+    (one measurement per effect kind)."""
+    compute = target.compute_dtype(case.dtype)
+    found = analyze(case.optimizer, case.group_hparams(), target.convention, compute, case.steps)
+    effects: dict[str, dict] = {}
+    out = []
+    for h in found:
+        row = h.as_dict()
+        if free_run is not None and h.changes_results:
+            if h.affects not in effects:
+                try:
+                    effects[h.affects] = measure(target, case, seed, device, h.affects, free_run)
+                except Exception as exc:  # noqa: BLE001 - a measurement that cannot run is said, not fatal
+                    effects[h.affects] = {"of": h.affects, "steps": case.steps, "fraction": None,
+                                          "error": f"{type(exc).__name__}: {exc}"}
+            row["effect"] = effects[h.affects]
+        out.append(row)
+    return out
+
+
+def summarize(results) -> list[dict]:
+    """report.json's `hazards` section: one entry per (target, dtype, quantity, kind), with the cases
+    it was found in and the measured effects."""
+    rows: dict[tuple, dict] = {}
+    for r in results:
+        get = (lambda k: r.get(k)) if isinstance(r, dict) else (lambda k: getattr(r, k, None))  # noqa: E731
+        for h in get("hazards") or []:
+            target, dtype = get("target"), get("dtype")
+            key = (target, dtype, h["quantity"], h["kind"], h["value"])
+            row = rows.setdefault(key, {"target": target, "optimizer": get("optimizer"), "dtype": dtype,
+                                        "compute": h["compute"], "quantity": h["quantity"], "value": h["value"],
+                                        "stored": h["stored"], "kind": h["kind"], "consequence": h["consequence"],
+                                        "changes_results": h["changes_results"], "cases": [], "effects": []})
+            row["cases"].append(get("case"))
+            if "effect" in h:
+                row["effects"].append({"case": get("case"), **h["effect"]})
+    return list(rows.values())
+
+
+def entries(doc: dict) -> list[dict]:
+    """A report document's `hazards` section (rebuilt from its results for a report written without one)."""
+    from .summary import jsonable
+    return doc["hazards"] if "hazards" in doc else jsonable(summarize(doc["results"]))
+
+
+def line(h: dict) -> str:
+    """One line of report.md / report.html for a `hazards` entry."""
+    fractions = [e["fraction"] for e in h["effects"]
+                 if isinstance(e.get("fraction"), (int, float)) and math.isfinite(e["fraction"])]
+    effect = ""
+    if h["effects"]:
+        e = h["effects"][0]
+        shown = "non-finite" if not fractions else f"{min(fractions):.3g}" + (
+            f" to {max(fractions):.3g}" if max(fractions) != min(fractions) else "")
+        effect = f"; measured: applied {shown} of the oracle's {e['of']} over {e['steps']} steps"
+    return (f"{h['target']} {h['dtype']} (computes in {h['compute']}): {h['consequence']} "
+            f"[{len(h['cases'])} case(s), e.g. `{h['cases'][0]}`]{effect}")
+
+
+__all__ = ["Hazard", "KINDS", "Quantity", "analyze", "case_hazards", "classify", "line", "measure", "summarize"]

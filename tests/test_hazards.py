@@ -1,0 +1,119 @@
+"""Precision hazards, the finite check and guarded buffers, against hand-computed roundings."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from oracle.adam import TORCH_ADAMW
+from oracle.compare import hazards as H
+from oracle.compare.checks import CheckResult
+from oracle.compare.finite import check_finite, culprit
+from oracle.compare.guards import PAD, allocate
+from oracle.common import OptState
+
+
+def _by_name(found):
+    return {h.quantity: h for h in found}
+
+
+def test_eps_1e8_rounds_to_zero_in_float16_only():
+    # float16's smallest subnormal is 2^-24 = 5.96e-8; 1e-8 is below half of it
+    found = _by_name(H.analyze("adam", [{"lr": 1e-3, "eps": 1e-8}], TORCH_ADAMW, "float16", 20))
+    assert found["eps"].kind == "rounds to 0" and found["eps"].stored == 0.0
+    assert "eps" not in _by_name(H.analyze("adam", [{"eps": 1e-8}], TORCH_ADAMW, "bfloat16", 20))
+
+
+def test_decoupled_decay_lost_in_bfloat16():
+    # 1 - 1e-5: bfloat16's spacing just below 1 is 2^-8, so 1 - 1e-5 rounds to 1
+    found = _by_name(H.analyze("adamw", [{"lr": 1e-3, "weight_decay": 1e-2}], TORCH_ADAMW, "bfloat16", 20))
+    h = found["1 - lr*wd"]
+    assert h.kind == "rounds to 1" and h.stored == 1.0 and h.affects == "decay"
+    assert "decoupled decay is lost" in h.consequence and "bfloat16" in h.consequence
+    # beta2 = 0.999 = 1 - 0.001 < 1 - 2^-9: rounds to 1 too
+    assert found["beta2"].kind == "rounds to 1"
+
+
+def test_half_the_bits_lost():
+    # float16 holds 0.999 as 1 - 2^-10 = 0.9990234375: 1 - beta2 keeps log2(0.001 / 2^-11) + 1 = 2 bits of 11
+    found = _by_name(H.analyze("adam", [{"betas": (0.9, 0.999)}], TORCH_ADAMW, "float16", 20))
+    assert found["beta2"].kind == "loses more than half its bits"
+    assert found["beta2"].stored == 0.9990234375
+    assert H.complement_bits(0.999, "float16") == pytest.approx(np.log2(0.001 / 2 ** -11) + 1)
+    # eps = 1e-6 in float16: a subnormal (exponent -20 < -14) with 11 - 6 = 5 significand bits
+    assert H.significand_bits(1e-6, "float16") == 5
+    # float32 holds 1e-8 with every bit: no hazard
+    assert "eps" not in _by_name(H.analyze("adam", [{"eps": 1e-8}], TORCH_ADAMW, "float32", 20))
+
+
+def test_measured_decay_fraction_of_a_path_losing_decay():
+    from oracle.compare import cases as C
+    from oracle.compare.registry import builtin_targets
+    from oracle.compare.run import free_run
+    target = next(t for t in builtin_targets() if t.name == "torch.adamw.forloop")
+    case = C.find_case("adamw/bf16/defaults/single/zero_grads", steps=5)
+    effect = H.measure(target, case, 0, "cpu", "decay", free_run)
+    # bfloat16 p * (1 - 1e-5) rounds back to p: none of the oracle's decay is applied
+    assert effect["of"] == "weight decay" and effect["fraction"] == pytest.approx(0.0, abs=1e-6)
+    ok = C.find_case("adamw/fp32/wd0.1/empty_group/large_decay", steps=5)
+    assert H.measure(target, ok, 0, "cpu", "decay", free_run)["fraction"] == pytest.approx(1.0, rel=1e-3)
+
+
+class _Snap:
+    def __init__(self, params, state):
+        self.params, self.state = params, state
+
+
+def test_finite_names_the_operation():
+    import oracle
+    spec = oracle.SPECS["adamw"]
+    hp = spec.validate([{"lr": 1e-3, "eps": 1e-8, "weight_decay": 0.0}])
+    p, g = [[np.array([0.5, 1.0])]], [[np.array([0.0, 0.5])]]
+    why = culprit(spec, TORCH_ADAMW, hp, p, g, OptState.empty(p), "float16", (0, 0, (0,)))
+    assert why is not None and "eps=1e-08 -> 0 in float16" in why and " / " in why and "nan" in why
+    # float32 keeps eps: the same evaluation stays finite
+    assert culprit(spec, TORCH_ADAMW, hp, p, g, OptState.empty(p), "float32", (0, 0, (0,))) is None
+    res = CheckResult("finite")
+    before = _Snap(p, [[{}]])
+    after = _Snap([[np.array([np.nan, 0.9])]], [[{"exp_avg": np.zeros(2)}]])
+    check_finite(res, 1, before, after, g, lambda gi, i, idx: why)
+    assert not res.passed and res.findings[0].index == (0,) and "p=0.5, g=0" in res.findings[0].detail
+    assert why in res.findings[0].detail
+    # non-finite inputs: nothing to judge
+    res2 = CheckResult("finite")
+    check_finite(res2, 1, _Snap([[np.array([np.inf, 1.0])]], [[{}]]), after, g, lambda *a: None)
+    assert res2.passed
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "transposed"])
+def test_guard_catches_a_planted_write(layout):
+    x = np.arange(12, dtype=np.float64).reshape(3, 4) if layout == "transposed" else np.arange(5.0)
+    view, guard = allocate(x, torch.float32, "cpu", "group 0 param 0 param", layout)
+    assert torch.equal(view, torch.tensor(x, dtype=torch.float32))
+    res = CheckResult("bounds")
+    with torch.no_grad():
+        view.mul_(2.0)  # in bounds: no finding
+    guard.check(res, 1)
+    assert res.passed and res.compared >= 2 * PAD
+    span = view.storage_offset() + sum((n - 1) * s for n, s in zip(view.shape, view.stride())) + 1
+    with torch.no_grad():
+        guard.buffer[span] = 7.0  # one past the view's last element
+    guard.check(res, 2)
+    assert not res.passed and res.findings[0].step == 2 and "wrote outside the tensor's view" in res.findings[0].detail
+    assert res.findings[0].index == (span - view.storage_offset(),)
+
+
+def test_guard_sees_a_write_into_a_gap_and_a_changed_input():
+    view, guard = allocate(np.ones(4), torch.bfloat16, "cpu", "g", "strided")
+    assert view.stride() == (2,)
+    before = view.clone()
+    res = CheckResult("bounds")
+    with torch.no_grad():
+        guard.buffer[view.storage_offset() + 1] = 0.0  # the gap after element 0
+    guard.check(res, 1)
+    assert not res.passed and res.findings[0].index == (1,)
+    res2 = CheckResult("inputs_unchanged")
+    with torch.no_grad():
+        view[2] = 3.0
+    guard.check_view(res2, 1, before)
+    assert not res2.passed and res2.findings[0].index == (2,) and res2.findings[0].got == 3.0
