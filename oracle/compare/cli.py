@@ -110,62 +110,62 @@ def version_text() -> str:
 
 def select_targets(args, optimizers, explicit_optimizer: bool):
     from . import registry as T
+    from .targets.declare import with_inferred
     chosen = []
-    args.inferred = []
     for spec in args.impl:
         problem = T.probe_import(spec, min(args.timeout, IMPORT_TIMEOUT))
         if problem:
             raise UsageError(problem)
-        optimizer = optimizers[0] if explicit_optimizer and len(optimizers) == 1 else None
         try:
-            target = T.load_impl(spec, optimizer=optimizer, inferred=False)
+            chosen.append(T.load_impl(spec, optimizer=optimizers[0] if explicit_optimizer and len(optimizers) == 1
+                                      else None, inferred=False))
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
-        if getattr(args, "infer", True):
-            found = infer_impl(spec, target.optimizer, args)
-            if found is not None:
-                args.inferred.append(found)
-                target = T.load_impl(spec, optimizer=optimizer)
-        chosen.append(target)
     if args.target or not args.impl:
         picked = T.select(args.target or ["*"], optimizers, explicit=bool(args.target))
         if args.target and not picked:
             raise UsageError(f"no target matches {args.target}; known: "
                              f"{', '.join(t.name for t in T.every_target())}")
         chosen += picked
-    return chosen
+    args.inferred = []
+    if getattr(args, "infer", True):
+        for target in chosen:
+            if target.infer and target.unavailable(args.device) is None:
+                found = infer_target(target, args)
+                if found is not None:
+                    args.inferred.append(found)
+    return [with_inferred(t) for t in chosen]
 
 
-INFER_TIMEOUT = 600.0  # fingerprinting an --impl: a few hundred short probe runs (capped by --timeout x 10)
+INFER_TIMEOUT = 600.0  # fingerprinting a target: a few hundred short probe runs (capped by --timeout x 10)
 
 
-def infer_impl(spec: str, optimizer: str, args) -> dict | None:
-    """Fingerprint an --impl in its own interpreter (a crash or hang there costs the inference, not the
-    run): the inference as report.json records it, also exported to the worker processes; None when the
-    class declares everything, or inference could not run (said on stderr; the declarations then apply)."""
-    from .targets.declare import export
-    from .targets.user import fully_declared, resolve
-    if fully_declared(resolve(spec)):
-        return None
-    cmd = [sys.executable, "-m", "oracle.compare.infer", spec, "--optimizer", optimizer, "--device", args.device,
-           "--seed", str((args.seed or [0])[0]), "--json"]
-    print(f"inferring the conventions of {spec} (--no-infer to skip) ...", file=sys.stderr, flush=True)
+def infer_target(target, args) -> dict | None:
+    """Fingerprint a target that does not declare its conventions, in its own interpreter (a crash or
+    hang there costs the inference, not the run): the inference as report.json records it, also
+    exported to the worker processes; None when it could not run (said on stderr; the target is then
+    judged by what it declares)."""
+    from .infer import lines
+    from .targets.declare import ENV, export
+    name = target.name[len("impl:"):] if target.name.startswith("impl:") else target.name
+    cmd = [sys.executable, "-m", "oracle.compare.infer", name, "--optimizer", target.optimizer, "--device",
+           args.device, "--seed", str((args.seed or [0])[0]), "--json"]
+    print(f"inferring the conventions of {target.name} (--no-infer to skip) ...", file=sys.stderr, flush=True)
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=min(INFER_TIMEOUT, 10 * args.timeout),
-                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+                             env={**{k: v for k, v in os.environ.items() if k != ENV}, "OMP_NUM_THREADS": "1"})
         found = json.loads(out.stdout)
     except subprocess.TimeoutExpired:
-        print(f"warning: inferring {spec} did not finish in time; judging it by its declarations", file=sys.stderr)
+        print(f"warning: inferring {target.name} did not finish in time; judging it by its declarations",
+              file=sys.stderr)
         return None
     except ValueError:
         tail = " ".join(out.stderr.strip().splitlines()[-1:])
-        print(f"warning: inferring {spec} failed (status {out.returncode}: {tail}); judging it by its declarations",
-              file=sys.stderr)
+        print(f"warning: inferring {target.name} failed (status {out.returncode}: {tail}); judging it by its "
+              f"declarations", file=sys.stderr)
         return None
     if found.get("candidate"):
-        previous = json.loads(os.environ.get("ORACLE_INFERRED") or "{}")
-        export({**previous, spec: found["candidate"]})
-    from .infer import lines
+        export({**json.loads(os.environ.get(ENV) or "{}"), target.name: found["candidate"]})
     print("\n".join(lines(found)), file=sys.stderr, flush=True)
     return found
 

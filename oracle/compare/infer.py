@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -300,17 +301,23 @@ def teach(target, case, seed: int, device: str) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m oracle.compare.infer",
                                 description="Fingerprint an optimizer and print the convention it follows.")
-    p.add_argument("impl", metavar="MODULE:NAME")
+    p.add_argument("target", metavar="MODULE:NAME|TARGET", help="an optimizer class, or a target's name")
     p.add_argument("--optimizer", default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
+    from .targets.declare import ENV
     from .targets.user import declared_axes, load_impl, resolve
+    os.environ.pop(ENV, None)  # judge it afresh, not as an earlier inference left it
     try:
-        target = load_impl(args.impl, optimizer=args.optimizer, inferred=False)
-        declared = declared_axes(resolve(args.impl))
-    except ValueError as exc:
+        if ":" in args.target:
+            target = load_impl(args.target, optimizer=args.optimizer, inferred=False)
+            declared = declared_axes(resolve(args.target))
+        else:
+            from .registry import find
+            target, declared = find(args.target, args.optimizer), {}
+    except (ValueError, LookupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     inf = infer(target, args.device, args.seed, declared=declared)

@@ -33,11 +33,12 @@ def every_target() -> list[Target]:
 
 def find(name: str, optimizer: str | None = None) -> Target:
     """The target with this name ('impl:module:Name' loads a user optimizer)."""
+    from .targets.declare import with_inferred
     if name.startswith("impl:"):
         return load_impl(name[5:], optimizer=optimizer)
     for target in every_target():
         if target.name == name:
-            return target
+            return with_inferred(target)
     raise LookupError(f"no target named {name!r}")
 
 

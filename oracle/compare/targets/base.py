@@ -48,6 +48,9 @@ class Target:
     # scenarios marked engine=True, with this description of itself.
     engine: "EngineSpec | None" = None
     threads: int = 1  # torch/OpenMP threads a worker runs this target's jobs with (workers default to one)
+    # its conventions are not declared but inferred before it is judged (oracle.compare.infer): an
+    # outside optimizer; `convention` etc. are then only the starting point
+    infer: bool = False
 
     def unavailable(self, device: str) -> str | None:
         if device not in self.devices:

@@ -67,13 +67,19 @@ def export(chosen: dict) -> None:
     os.environ[ENV] = json.dumps(chosen)
 
 
-def imported(spec: str) -> Candidate | None:
-    """The candidate this run chose for `spec`, if any."""
+def imported(name: str) -> Candidate | None:
+    """The candidate this run chose for the target named `name`, if any."""
     raw = os.environ.get(ENV)
     if not raw:
         return None
-    d = json.loads(raw).get(spec)
+    d = json.loads(raw).get(name)
     return Candidate.from_json(d) if d else None
 
 
-__all__ = ["ENV", "Candidate", "apply", "declaration", "export", "imported"]
+def with_inferred(target):
+    """The target as this run judges it: with the convention inferred for it, where one was."""
+    cand = imported(target.name) if target.infer else None
+    return apply(target, cand) if cand is not None else target
+
+
+__all__ = ["with_inferred", "ENV", "Candidate", "apply", "declaration", "export", "imported"]

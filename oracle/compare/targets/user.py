@@ -161,7 +161,7 @@ def from_object(obj, spec: str, optimizer: str | None = None, convention=None, i
     if options is None:
         params = inspect.signature(obj).parameters if callable(obj) else {}
         options = {o for o in oracle.SPECS[opt].options if o in params}
-    from .declare import apply, imported
+    from .declare import with_inferred
     target = Target(name=f"impl:{spec}", optimizer=opt, make=lambda groups, defaults: obj(groups, **defaults),
                     convention=conv, devices=tuple(getattr(obj, "ORACLE_DEVICES", ("cpu", "cuda"))),
                     dtypes=tuple(getattr(obj, "ORACLE_DTYPES", ("float32", "bfloat16", "float16"))),
@@ -169,9 +169,8 @@ def from_object(obj, spec: str, optimizer: str | None = None, convention=None, i
                     masters=getattr(obj, "ORACLE_MASTERS", False), options=frozenset(options),
                     state_dtype=getattr(obj, "ORACLE_STATE_DTYPE", "param"),
                     scaling=scaled_step_kwargs if getattr(obj, "ORACLE_SCALING", False) else None,
-                    notes=f"user optimizer {spec}")
-    cand = imported(spec) if inferred and convention is None else None
-    return apply(target, cand) if cand is not None else target
+                    infer=convention is None and not fully_declared(obj), notes=f"user optimizer {spec}")
+    return with_inferred(target) if inferred else target
 
 
 __all__ = ["declared_axes", "from_object", "fully_declared", "load_impl", "probe_import", "resolve", "which_optimizer"]
