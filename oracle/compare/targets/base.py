@@ -48,6 +48,10 @@ class Target:
     # scenarios marked engine=True, with this description of itself.
     engine: "EngineSpec | None" = None
     threads: int = 1  # torch/OpenMP threads a worker runs this target's jobs with (workers default to one)
+    # A declared subset of the case matrix (case-name globs; empty: every case)
+    # and why the rest is left out (e.g. compile time); other cases skip with it.
+    subset: tuple = ()
+    subset_reason: str = ""
 
     def unavailable(self, device: str) -> str | None:
         if device not in self.devices:
@@ -55,6 +59,13 @@ class Target:
         if device == "cuda" and not torch.cuda.is_available():
             return "CUDA is not available"
         return self.requires(device)
+
+    def outside_subset(self, case_name: str) -> str | None:
+        """The reason this target does not run a case of the matrix, if it declares a subset without it."""
+        import fnmatch
+        if not self.subset or any(fnmatch.fnmatch(case_name, p) for p in self.subset):
+            return None
+        return f"outside {self.name}'s declared subset ({', '.join(self.subset)}): {self.subset_reason}"
 
     def read(self, opt):
         from ..readback import read
