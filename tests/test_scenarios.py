@@ -13,7 +13,8 @@ from oracle.compare.registry import builtin_targets, load_impl, torch_targets
 from tests.broken import scenario_mutants as M
 
 TORCH = {t.name: t for t in torch_targets()}
-SINGLE_PROCESS = ("construction", "checkpoint", "grad_scaling", "irregular", "long_horizon", "inputs_unchanged")
+SINGLE_PROCESS = ("construction", "checkpoint", "grad_scaling", "irregular", "long_horizon", "inputs_unchanged",
+                  "lr_schedule")
 
 
 def mutant(name):
@@ -40,7 +41,7 @@ def expected_failures(target_name, scenario):
 
 def test_api():
     assert list(S.SCENARIOS) == ["rank_skew", "construction", "checkpoint", "grad_scaling", "irregular",
-                                 "long_horizon", "inputs_unchanged", "engine_construction", "engine_roundtrip"]
+                                 "long_horizon", "inputs_unchanged", "lr_schedule", "engine_construction", "engine_roundtrip"]
     for name, sc in S.SCENARIOS.items():
         assert sc.name == name and sc.doc and callable(sc.run)
     # engine scenarios apply to training-engine targets only, the others to optimizers only
