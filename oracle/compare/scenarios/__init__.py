@@ -19,7 +19,7 @@ from typing import Callable
 # The order scenarios run and are listed in; each name is a module here
 # defining SCENARIO (or SCENARIOS, several).
 ORDER = ("rank_skew", "construction", "checkpoint", "grad_scaling", "irregular", "long_horizon",
-         "inputs_unchanged", "lr_schedule", "engine")
+         "inputs_unchanged", "lr_schedule", "wrapped", "engine")
 
 
 @dataclass(frozen=True)
