@@ -59,7 +59,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--case", metavar="PATTERN", help="only cases whose name matches this glob or substring")
     p.add_argument("--scenario", action="append", metavar="NAME",
                    help="scenarios to run (repeatable): rank_skew, construction, checkpoint, grad_scaling, "
-                        "irregular, long_horizon, inputs_unchanged, all, or none. Default: all of them after the "
+                        "irregular, long_horizon, inputs_unchanged, lr_schedule, ddp_bucket_view, zero_redundancy, "
+                        "all, or none. Default: all of them after the "
                         "case matrix; naming scenarios runs only those (add --case to keep matrix cases)")
     p.add_argument("--list", action="store_true", help="list the selected targets and cases, run nothing")
     p.add_argument("--report-dir", default=os.path.join("reports", "latest"),

@@ -24,11 +24,12 @@ def builtin_targets() -> list[Target]:
 
 def every_target() -> list[Target]:
     """Built-in targets, third-party libraries', and those an optimizer's record brings."""
+    from .targets.compiled import compiled_targets
     from .targets.deepspeed import deepspeed_targets
     from .targets.extra import extra_targets
     from .targets.gpu import gpu_targets
     own = [t for rec in records().values() if rec.extra_targets for t in rec.extra_targets()]
-    return builtin_targets() + deepspeed_targets() + extra_targets() + gpu_targets() + own
+    return builtin_targets() + compiled_targets(records()) + deepspeed_targets() + extra_targets() + gpu_targets() + own
 
 
 def find(name: str, optimizer: str | None = None) -> Target:

@@ -249,6 +249,8 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
     reason = target.unavailable(device)
     if reason is None and case.dtype not in target.dtypes:
         reason = f"{target.name} does not support {case.dtype}"
+    if reason is None:
+        reason = target.outside_subset(case.name)
     if reason is None and not case.options <= target.options:
         reason = f"{target.name} does not support {', '.join(sorted(case.options - target.options))}"
     if reason is not None:

@@ -131,3 +131,19 @@ class NoStateMigrationWrapper(MasterWeights):
     @staticmethod
     def _migrate(state, p, m):
         return dict(state)
+
+
+class StaleLr(GroupAdamW):
+    """Reads each group's lr once, at its first step, and keeps using it: what a
+    compiled step with the lr baked into its graph and no guard on it would do."""
+
+    def step(self, *args, **kwargs):
+        current = [g["lr"] for g in self.param_groups]
+        for g in self.param_groups:
+            g.setdefault("first_lr", g["lr"])
+            g["lr"] = g["first_lr"]
+        try:
+            return super().step(*args, **kwargs)
+        finally:
+            for g, lr in zip(self.param_groups, current):
+                g["lr"] = lr

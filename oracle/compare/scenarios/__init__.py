@@ -19,7 +19,7 @@ from typing import Callable
 # The order scenarios run and are listed in; each name is a module here
 # defining SCENARIO (or SCENARIOS, several).
 ORDER = ("rank_skew", "construction", "checkpoint", "grad_scaling", "irregular", "long_horizon",
-         "inputs_unchanged", "engine")
+         "inputs_unchanged", "lr_schedule", "wrapped", "engine")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ from .grad_scaling import run_grad_scaling  # noqa: E402
 from .inputs_unchanged import run_inputs_unchanged  # noqa: E402
 from .irregular import run_irregular  # noqa: E402
 from .long_horizon import run_long_horizon  # noqa: E402
+from .lr_schedule import run_lr_schedule  # noqa: E402
 from .rank_skew import run_rank_skew  # noqa: E402
 
 __all__ = ["ORDER", "SCENARIOS", "Scenario", "run_checkpoint", "run_construction", "run_grad_scaling",
-           "run_inputs_unchanged", "run_irregular", "run_long_horizon", "run_rank_skew", "scenario"]
+           "run_inputs_unchanged", "run_irregular", "run_long_horizon", "run_lr_schedule", "run_rank_skew", "scenario"]

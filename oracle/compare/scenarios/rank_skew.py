@@ -60,18 +60,24 @@ def run_rank_skew(target, device="cpu", seed=0, worlds=RANK_SKEW_WORLDS, timeout
             result.checks = {"error": CheckResult("error", passed=False, note=err)}
             result.seconds = time.perf_counter() - t0
             return result
-        for rank, rank_checks in enumerate(per_rank):
-            for name, c in rank_checks.items():
-                merged = checks.setdefault(name, CheckResult(name))
-                merged.compared += c.compared
-                merged.merge_measures(c)  # worst ratio with its error and bound, per-step series
-                if c.note and rank == 0:
-                    merged.note = (merged.note + " | " if merged.note else "") + f"world {world}: {c.note}"
-                for f in c.findings:
-                    merged.fail(replace(f, tensor=f"world {world} {f.tensor}"), keep=8)
-                if not c.passed:
-                    merged.passed = False
+        merge_ranks(checks, per_rank, f"world {world}")
     return finish(target, result, checks, t0, notes)
+
+
+def merge_ranks(checks: dict, per_rank: list, label: str) -> None:
+    """Fold every rank's {check: CheckResult} into `checks`: counts, worst
+    measures, rank 0's notes, findings prefixed with `label` (e.g. "world 2")."""
+    for rank, rank_checks in enumerate(per_rank):
+        for name, c in rank_checks.items():
+            merged = checks.setdefault(name, CheckResult(name))
+            merged.compared += c.compared
+            merged.merge_measures(c)  # worst ratio with its error and bound, per-step series
+            if c.note and rank == 0:
+                merged.note = (merged.note + " | " if merged.note else "") + f"{label}: {c.note}"
+            for f in c.findings:
+                merged.fail(replace(f, tensor=f"{label} {f.tensor}"), keep=8)
+            if not c.passed:
+                merged.passed = False
 
 
 def rank_skew_hparams(optimizer: str) -> list[dict]:

@@ -51,6 +51,10 @@ class Target:
     # its conventions are not declared but inferred before it is judged (oracle.compare.infer): an
     # outside optimizer; `convention` etc. are then only the starting point
     infer: bool = False
+    # A declared subset of the case matrix (case-name globs; empty: every case)
+    # and why the rest is left out (e.g. compile time); other cases skip with it.
+    subset: tuple = ()
+    subset_reason: str = ""
 
     def unavailable(self, device: str) -> str | None:
         if device not in self.devices:
@@ -58,6 +62,13 @@ class Target:
         if device == "cuda" and not torch.cuda.is_available():
             return "CUDA is not available"
         return self.requires(device)
+
+    def outside_subset(self, case_name: str) -> str | None:
+        """The reason this target does not run a case of the matrix, if it declares a subset without it."""
+        import fnmatch
+        if not self.subset or any(fnmatch.fnmatch(case_name, p) for p in self.subset):
+            return None
+        return f"outside {self.name}'s declared subset ({', '.join(self.subset)}): {self.subset_reason}"
 
     def read(self, opt):
         from ..readback import read

@@ -1,0 +1,200 @@
+"""Worker process of the wrapped scenario (oracle.compare.scenarios.wrapped): one
+rank of a torch.distributed (gloo) run of a DistWrapper around a target.
+
+Data: per step k and param, a global batch of 4 contributions c_j, each n/256
+for an integer |n| <= 64. Rank r of W takes its 4/W of them and its local
+grad is their mean; DDP averages the local grads. All of that is exact in
+float32 for W in {1, 2, 4}, so the grad every rank sees is the same for every
+world size (the continuation of a checkpoint at another world size can equal
+the uninterrupted run bit for bit) and equals the float64 mean exactly.
+
+mode "run" (world W): construct (check: nothing changed), K steps in
+lockstep with the oracle, save the whole optimizer state, E more steps,
+save the final state. mode "resume" (world W'): load the state saved at
+step K by a run at another world size, E steps in lockstep, then the final
+state must equal that run's final state bit for bit. Results go to
+<out>/rank<r>.pkl as {check: CheckResult}.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..bitwise import compare_bits
+from ..checks import CheckResult, Finding, same_bits
+from ..lockstep import Lockstep
+from .common import rng, tensor, values
+
+SHAPES = [[(4, 3), (5,), (3, 2), (6,), (2, 2)], [(3,)]]  # group 1: one norm weight, empty on all ranks but one
+BATCH = 4  # global contributions per step
+
+
+def contributions(seed: int, g: int, i: int, k: int) -> np.ndarray:
+    """The BATCH contributions to param (g, i)'s grad at step k: n/256, |n| <= 64."""
+    shape = SHAPES[g][i]
+    return rng(seed, "wrapped", g, i, k).integers(-64, 65, size=(BATCH, *shape)) / 256.0
+
+
+def local_data(seed: int, k: int, rank: int, world: int) -> list:
+    share = BATCH // world
+    return [[contributions(seed, g, i, k)[rank * share:(rank + 1) * share].mean(axis=0)
+             for i in range(len(ss))] for g, ss in enumerate(SHAPES)]
+
+
+def global_grads(seed: int, k: int) -> list:
+    return [[contributions(seed, g, i, k).mean(axis=0) for i in range(len(ss))] for g, ss in enumerate(SHAPES)]
+
+
+def initial(seed: int, device: str) -> list:
+    return [[tensor(values(seed, s, "float32", 1.0, "wrapped", g, i), "float32", device, leaf=False)
+             for i, s in enumerate(ss)] for g, ss in enumerate(SHAPES)]
+
+
+def forked(job: dict, rank: int, world: int, target, wrapper, env: dict) -> None:
+    """Entry point of a forked worker: target and wrapper are inherited."""
+    import traceback
+    os.environ.update({**env, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+    code = 0
+    try:
+        torch.set_num_threads(1)
+        run_rank(job, rank, world, target, wrapper)
+    except BaseException:  # noqa: BLE001 - reported through the log and the exit code
+        with open(os.path.join(job["out"], f"rank{rank}.log"), "a") as fh:
+            fh.write(traceback.format_exc())
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run_rank(job: dict, rank: int, world: int, target, wrapper) -> None:
+    from ..dist_wrappers import Holder
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    seed, hp, (K, E), device = job["seed"], job["hparams"], job["steps"], job["device"]
+    checks = {n: CheckResult(n) for n in ("construction", "lockstep", "counters", "allreduce", "sync", "reshard")}
+    label = f"rank {rank} "
+    resume = job["mode"] == "resume"
+    ckpt = torch.load(job["ckpt"], weights_only=True) if resume else None
+    start = [[t.clone() for t in ts] for ts in ckpt["params"]] if resume else initial(seed, device)
+    w = wrapper.build(target, Holder(start), hp)
+    if not resume:
+        _construction(checks["construction"], target, w, start, hp, label)
+    else:
+        w.load(ckpt["opt"])
+    ls = Lockstep(target, w.opt, hp, checks["lockstep"], checks["counters"], label, inner=w.inner)
+    if resume:
+        ls.set_counters(K)
+    first = K + 1 if resume else 1
+    for k in range(first, K + E + 1):
+        _backward(w, seed, k, rank, world)
+        grads = _check_grads(checks["allreduce"], w, seed, k, label)
+        local = [[grads[g][i] for i in pos] for g, pos in enumerate(w.local)]
+        ls.step(k, local)
+        _check_sync(checks["sync"], w, k, world, label)
+        if k == K and not resume:
+            _save(w, job["ckpt_out"], rank)
+    layout = [None] * world
+    dist.all_gather_object(layout, [len(ps) for ps in w.local])
+    checks["lockstep"].note = f"params per group stepped by each rank: {layout}; grads: {_storages(w)}"
+    final = w.full_state_dict()
+    if resume and rank == 0:
+        ref = torch.load(job["final"], weights_only=True)
+        compare_bits(checks["reshard"], K + E, _bits(ref["opt"], ref["params"]), _bits(final, w.params),
+                     f"saved at step {K} at world {job['src_world']}, continued at world {world}; "
+                     f"against the uninterrupted world-{job['src_world']} run")
+    elif not resume and rank == 0:
+        torch.save({"opt": final, "params": [[p.detach().clone() for p in ps] for ps in w.params]}, job["final_out"])
+    with open(os.path.join(job["out"], f"rank{rank}.pkl"), "wb") as fh:
+        pickle.dump({k: v for k, v in checks.items() if v.compared or not v.passed or v.note}, fh)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _storages(w) -> str:
+    """How the grads are laid out after a backward: distinct storages and views at an offset."""
+    grads = [p.grad for ps in w.params for p in ps if p.grad is not None]
+    if not grads:
+        return "no grads yet"
+    storages = {g.untyped_storage().data_ptr() for g in grads}
+    offset = sum(1 for g in grads if g.storage_offset() != 0)
+    return f"{len(grads)} grads in {len(storages)} storage(s), {offset} at a nonzero offset"
+
+
+def _construction(res: CheckResult, target, w, start, hp, label) -> None:
+    """Building the wrapper changed no param and created no counter or moment."""
+    from .construction import _construction_checks, _materialized
+    for g, ps in enumerate(w.params):
+        for i, p in enumerate(ps):
+            res.compared += 1
+            if not same_bits(p.detach(), start[g][i]):
+                res.fail(Finding(res.check, 0, f"{label}group {g} param {i} param", expected="unchanged",
+                                 got="changed", detail="changed by the wrapper's construction"))
+    local_params = [[w.params[g][i] for i in pos] for g, pos in enumerate(w.local)]
+    local_start = [[start[g][i] for i in pos] for g, pos in enumerate(w.local)]
+    _construction_checks(res, target, w.inner, local_params, local_start, hp, label)
+    _materialized(res, w.inner, w.inner, label)
+
+
+def _backward(w, seed, k, rank, world) -> None:
+    for ps in w.params:
+        for p in ps:
+            if p.grad is not None:
+                p.grad.zero_()  # keep bucket views (set_to_none would drop them)
+    data = [[torch.tensor(x, dtype=torch.float32) for x in xs] for xs in local_data(seed, k, rank, world)]
+    w.model(data).backward()
+
+
+def _check_grads(res: CheckResult, w, seed, k, label) -> list:
+    """Every grad equals the float64 mean of the global batch, exactly; returns them as float64."""
+    want = global_grads(seed, k)
+    out = []
+    for g, ps in enumerate(w.params):
+        row = []
+        for i, p in enumerate(ps):
+            got = p.grad.detach().double().numpy().copy()
+            res.compared += got.size
+            if not np.array_equal(got, want[g][i]):
+                j = int(np.flatnonzero(got.ravel() != want[g][i].ravel())[0])
+                res.fail(Finding(res.check, k, f"{label}group {g} param {i} grad", (j,), float(want[g][i].ravel()[j]),
+                                 float(got.ravel()[j]), detail="data-parallel average differs from the exact mean"))
+            row.append(got)
+        out.append(row)
+    return out
+
+
+def _check_sync(res: CheckResult, w, k, world, label) -> None:
+    """After the step every rank holds the same full params (rank 0's, bit for bit)."""
+    for g, ps in enumerate(w.params):
+        for i, p in enumerate(ps):
+            ref = p.detach().clone()
+            dist.broadcast(ref, src=0)
+            res.compared += 1
+            if not same_bits(p.detach(), ref):
+                res.fail(Finding(res.check, k, f"{label}group {g} param {i} param", expected="rank 0's value",
+                                 got="differs", detail=f"ranks disagree after the step (world {world})"))
+
+
+def _save(w, path, rank) -> None:
+    full = w.full_state_dict()
+    if rank == 0:
+        torch.save({"opt": full, "params": [[p.detach().clone() for p in ps] for ps in w.params]}, path)
+    dist.barrier()
+
+
+def _bits(sd, params) -> dict:
+    """A whole optimizer state dict and the params it belongs to, named like state_bits()."""
+    out = {}
+    for g, group in enumerate(sd["param_groups"]):
+        out[f"group {g} step"] = group.get("step")
+        for i, idx in enumerate(group["params"]):
+            out[f"group {g} param {i} param"] = params[g][i].detach().clone()
+            for key, val in sd["state"].get(idx, {}).items():
+                out[f"group {g} param {i} {key}"] = val
+    return out

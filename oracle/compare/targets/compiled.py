@@ -1,0 +1,117 @@
+"""torch.compile'd optimizer steps: `torch.<opt>.compiled`.
+
+The optimizer is torch's own class, constructed as a user would (no foreach /
+fused flag: torch picks its default path), and its `step` is replaced by
+`torch.compile(opt.step)` (inductor; on CPU it generates and builds C++).
+Everything else (param_groups, state, state_dict, load_state_dict) is the
+eager optimizer's, so the harness reads and reloads it unchanged.
+
+Three things keep the run honest:
+- dynamo compiles one code object (Optimizer.step) for every instance, and
+  after `recompile_limit` recompilations it silently runs the frame eagerly.
+  A case builds several optimizers, so every compiled optimizer gets a fresh
+  dynamo cache (torch._dynamo.reset() at construction), and a step that would
+  fall back to eager raises instead (fail_on_recompile_limit_hit).
+- each compiled step counts the frames dynamo compiled for it
+  (`CompiledStep.frames`), so tests and the lr-change scenario can see that a
+  graph ran and when a change of hyperparameter recompiled it.
+- inductor's CPU code computes bf16/fp16 elementwise math in fp32 and rounds
+  on store (it upcasts low-precision loads), so these targets are judged with
+  the fp32 compute model, like the fused paths, not the per-op rounding of
+  torch's eager forloop/foreach paths.
+
+Compile time decides the subset of the case matrix these targets run
+(SUBSET below, with the measurement that sets it): they are not part of a
+sweep that names no --target; select them with --target 'torch.*.compiled'.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+
+import torch
+
+import oracle
+
+from .base import Target
+from .torch_optim import TORCH_DECLARED, accepted_options, torch_class
+
+# Optimizers whose torch class is compiled here (the task's scope: torch's
+# compiled-step users train with these).
+COMPILED = ("adam", "adamw", "adagrad", "sgd")
+
+# Measured on this project's 2-core CPU machine (tests/test_compiled.py
+# prints it; docs/wrappers.md): the first compile of a step is ~2-3 s with a
+# warm inductor cache (20 s cold), and a matrix case builds five optimizers
+# (lockstep, two save/reload round trips), each compiled afresh (see above):
+# ~15 s a case, ~7 min for one optimizer's 30 cases. The subset keeps every
+# layout and regime of the plan in fp32 and bf16 (inductor's upcast is what
+# bf16 tests); fp16 differs from bf16 only in format, not in the compiled
+# code path, and is left to --case when wanted.
+SUBSET = ("*/fp32/*", "*/bf16/*")
+SUBSET_REASON = ("compile time: every optimizer a case builds is compiled afresh (~3 s each, 5 per case); "
+                 "torch.*.compiled targets run the fp32 and bf16 cases, fp16 uses the same inductor code path")
+
+
+def compiler_missing(device: str) -> str | None:
+    """inductor builds C++ on CPU: without a compiler torch.compile cannot run."""
+    if device == "cpu" and not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+        return "torch.compile on CPU needs a C++ compiler (inductor builds its kernels); none on PATH"
+    return None
+
+
+class CompiledStep:
+    """opt.step compiled with inductor; counts the frames dynamo compiled."""
+
+    def __init__(self, step):
+        self.eager = step
+        self.compiled = torch.compile(step)
+        self.frames = 0  # frames compiled by this step's calls (first compile + recompilations)
+
+    def __call__(self, closure=None):
+        from torch._dynamo.utils import counters
+        before = counters["stats"]["unique_graphs"]
+        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+            out = self.compiled() if closure is None else self.compiled(closure)
+        self.frames += counters["stats"]["unique_graphs"] - before
+        return out
+
+
+def compiled_make(cls):
+    def make(groups, defaults):
+        torch._dynamo.reset()  # a fresh cache: no silent eager fallback after many instances
+        opt = cls(groups, **defaults)
+        opt.step = CompiledStep(opt.step)  # instance attribute: shadows Optimizer.step
+        return opt
+    return make
+
+
+def compiled_convention(name: str):
+    """torch's eager convention, with what compiling changes: Adam(W)'s step
+    takes the counter's value as a tensor when compiling (_get_value returns
+    the float32 step tensor under torch.compiler.is_compiling()), so
+    1 - beta**t is formed in float32, not in Python doubles (measured: 142
+    ULPs of the param off the float64-bias-correction model at step 1, fp32)."""
+    conv = oracle.SPECS[name].convention
+    if hasattr(conv, "bias_correction_precision"):
+        conv = replace(conv, bias_correction_precision="compute")
+    return conv
+
+
+def compiled_targets(records: dict) -> list[Target]:
+    out = []
+    for name in COMPILED:
+        rec = records.get(name)
+        if rec is None or rec.torch_class is None:
+            continue
+        cls = torch_class(rec.torch_class)
+        out.append(Target(
+            name=f"torch.{name}.compiled", optimizer=name, make=compiled_make(cls),
+            convention=compiled_convention(name), devices=("cpu", "cuda"), compute="float32",
+            options=accepted_options(cls, name), declared=TORCH_DECLARED, requires=compiler_missing,
+            in_default=False, subset=SUBSET, subset_reason=SUBSET_REASON,
+            notes=f"torch {torch.__version__} torch.compile({cls.__name__}(...).step), inductor"))
+    return out
+
+
+__all__ = ["COMPILED", "CompiledStep", "SUBSET", "compiled_make", "compiled_targets", "compiler_missing"]

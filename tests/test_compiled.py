@@ -1,0 +1,69 @@
+"""torch.<opt>.compiled targets (oracle.compare.targets.compiled): torch.compile'd
+steps really run compiled, are judged like every other target, and the
+lr_schedule scenario sees an lr change through a compiled step."""
+
+import pytest
+
+from oracle.compare import cases as C
+from oracle.compare.registry import every_target, find, load_impl, select
+from oracle.compare.run import run_case
+from oracle.compare.scenarios import run_lr_schedule
+from oracle.compare.targets.compiled import COMPILED, compiler_missing
+
+NEEDS_CC = pytest.mark.skipif(compiler_missing("cpu") is not None, reason=str(compiler_missing("cpu")))
+
+
+def test_listed_for_each_optimizer_and_left_out_of_default_sweeps():
+    names = {t.name for t in every_target()}
+    assert {f"torch.{o}.compiled" for o in COMPILED} <= names
+    assert not [t for t in select(["*"], list(COMPILED), explicit=False) if t.name.endswith(".compiled")]
+    assert len(select(["torch.*.compiled"], list(COMPILED), explicit=True)) == len(COMPILED)
+
+
+def test_fp16_cases_skip_with_the_subset_reason():
+    r = run_case(find("torch.sgd.compiled"), C.find_case("sgd/fp16/plain/single/large_decay"), 0)
+    assert r.status == "skip" and "declared subset" in r.reason and "compile time" in r.reason
+
+
+def test_adam_bias_correction_is_declared_float32():
+    # compiled Adam reads the counter as a float32 tensor (torch.optim._get_value under compile)
+    assert find("torch.adamw.compiled").convention.bias_correction_precision == "compute"
+    assert find("torch.adamw.foreach").convention.bias_correction_precision == "float64"
+
+
+@NEEDS_CC
+def test_compiled_step_compiles_a_graph():
+    import torch
+    target = find("torch.sgd.compiled")
+    p = torch.ones(3, requires_grad=True)
+    opt = target.make([{"params": [p], "lr": 0.5}], {})
+    p.grad = torch.full((3,), 2.0)
+    opt.step()
+    assert opt.step.frames >= 1  # dynamo produced a graph: the step did not run eagerly
+    assert torch.equal(p.detach(), torch.zeros(3))  # 1 - 0.5 * 2, exact
+
+
+@NEEDS_CC
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", COMPILED)
+def test_matrix_case_passes(optimizer):
+    case = next(c for c in C.cases(optimizer, dtypes=("bfloat16",), steps=5) if c.layout == "single")
+    r = run_case(find(f"torch.{optimizer}.compiled"), case, 0)
+    assert r.status == "pass", (r.reason, {n: c.findings[:2] for n, c in r.checks.items()})
+    assert r.checks["lockstep"].compared > 0
+
+
+@NEEDS_CC
+@pytest.mark.slow
+def test_lr_change_recompiles_and_matches_the_oracle():
+    r = run_lr_schedule(find("torch.adamw.compiled"), "cpu", 0)
+    assert r.status == "pass", (r.reason, {n: c.findings[:2] for n, c in r.checks.items()})
+    assert "compiled frames after each step" in r.checks["lr"].note
+
+
+def test_lr_schedule_catches_a_stale_lr():
+    target = load_impl("tests.broken.scenario_mutants:StaleLr")
+    r = run_lr_schedule(target, "cpu", 0)
+    assert r.status == "fail"
+    first = r.checks["lockstep"].findings[0]
+    assert first.step == 3  # the first step after the lr changed
