@@ -23,6 +23,8 @@ Stages, in order (each a function below, so a mismatch can be pinned to one):
        eps_root != 0 is refused except under "moments" (no implementation has it elsewhere)
        decay="decoupled_update"     u <- u + wd*p                          (paper, apex default, optax)
   4. trust ratio, per tensor: r = phi(||p||) / (||u|| + trust_eps), and r = 1 when
+       (trust_eps is the hyperparameter, or the group's eps with trust_eps="eps"; phi's upper
+       bound is the smaller of the norm_upper hyperparameter and the convention's norm_upper)
        phi(||p||) or ||u|| is 0; phi(x) = min(max(x, norm_lower), norm_upper) (the
        paper's phi; the defaults 0 and inf make it the identity, and with
        norm_lower > 0 a zero-norm tensor gets norm_lower/||u||, as the paper's formula)
@@ -52,6 +54,7 @@ from .spec import OptimizerSpec
 DECAYS = ("decoupled_update", "l2", "decoupled")
 BIAS_CORRECTIONS = ("moments", "step_size", "step_size_bc1", "none")
 TRUSTS = ("decay_only", "always")
+TRUST_EPS = ("hparam", "eps")
 ZERO_MAX_GRAD_NORMS = ("off", "zero_grads")
 
 
@@ -69,12 +72,22 @@ class LambConvention:
     clamp_lower: bool = True  # with clamp: False clips from above only
     zero_max_grad_norm: str = "off"
     counter_format: str = "exact"
+    # Where the eps of ||u|| + eps in the trust ratio comes from: "hparam" (the trust_eps
+    # hyperparameter, default 0) or "eps" (the group's own eps, as pytorch-optimizer's Lamb).
+    trust_eps: str = "hparam"
+    # An upper clamp on the weight norm that the implementation fixes itself (pytorch-optimizer's
+    # Lamb.clamp = 10, a class constant, not a hyperparameter); the smaller of it and norm_upper applies.
+    norm_upper: float = math.inf
 
     def __post_init__(self):
         for name, allowed in (("decay", DECAYS), ("bias_correction", BIAS_CORRECTIONS), ("trust", TRUSTS),
                               ("zero_max_grad_norm", ZERO_MAX_GRAD_NORMS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.trust_eps not in TRUST_EPS:
+            raise ValueError(f"trust_eps must be one of {TRUST_EPS}, got {self.trust_eps!r}")
+        if not self.norm_upper > 0:
+            raise ValueError(f"norm_upper must be > 0, got {self.norm_upper!r}")
         check_counter(self.counter, self.counter_format)
 
 
@@ -86,6 +99,12 @@ DEEPSPEED_LAMB = LambConvention(bias_correction="step_size", trust="always", cla
 # optax.lamb 0.2.8: chain(scale_by_adam(eps, eps_root), add_decayed_weights,
 # scale_by_trust_ratio(), scale_by_learning_rate): one count for all params, no clipping.
 OPTAX_LAMB = LambConvention(trust="always", global_clip=False)
+# pytorch-optimizer 4.1.0 Lamb (optimizer/lamb.py, defaults: weight_decouple, no rectify, adam_debias
+# off, pre_norm off): p <- p*(1 - lr*wd) after the moments; u = m/(sqrt(v) + eps) with the step size
+# lr/bc1 (v never debiased); r = min(||p||, 10)/(||u|| + eps) always, 1 if either norm is 0;
+# p <- p - (lr/bc1)*r*u; group['step'] counts; no clipping unless pre_norm.
+PYTORCH_OPTIMIZER_LAMB = LambConvention(decay="decoupled", bias_correction="step_size_bc1", trust="always",
+                                        global_clip=False, trust_eps="eps", norm_upper=10.0)
 
 DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.01,
             "grad_averaging": True, "max_grad_norm": 1.0, "min_coeff": 0.01, "max_coeff": 10.0,
@@ -143,21 +162,22 @@ def trust_ratio(p, u, hp, conv: LambConvention) -> float:
     """Stage 4: per-tensor trust ratio."""
     if conv.trust == "decay_only" and maybe_fp32(hp["weight_decay"], conv.fp32_hparams) == 0:
         return 1.0
-    pn, un = phi(np.linalg.norm(p), hp), np.linalg.norm(u)
-    trust_eps = hp["trust_eps"]
+    pn, un = phi(np.linalg.norm(p), hp, conv), np.linalg.norm(u)
+    trust_eps = hp["eps"] if conv.trust_eps == "eps" else hp["trust_eps"]
     r = pn / (un + trust_eps if trust_eps else un) if pn != 0 and un != 0 else 1.0
     if not conv.clamp:
         return r
     return min(max(r, hp["min_coeff"]), hp["max_coeff"]) if conv.clamp_lower else min(r, hp["max_coeff"])
 
 
-def phi(norm, hp):
+def phi(norm, hp, conv: LambConvention | None = None):
     """The paper's clamp of the weight norm; the identity at the defaults (0, inf)
     without touching the value, so derived error bounds see no extra operation."""
+    upper = min(hp["norm_upper"], conv.norm_upper if conv is not None else math.inf)
     if hp["norm_lower"] > 0 and norm < hp["norm_lower"]:
         return hp["norm_lower"]
-    if hp["norm_upper"] < math.inf and norm > hp["norm_upper"]:
-        return hp["norm_upper"]
+    if upper < math.inf and norm > upper:
+        return upper
     return norm
 
 

@@ -41,6 +41,7 @@ def catalog() -> dict[str, tuple[str, object]]:
         "nvlamb": ("lamb", lamb.NVLAMB),
         "paper.lamb": ("lamb", lamb.PAPER_LAMB),
         "deepspeed.lamb": ("lamb", lamb.DEEPSPEED_LAMB),
+        "pytorch_optimizer.lamb": ("lamb", lamb.PYTORCH_OPTIMIZER_LAMB),
         "optax.lamb": ("lamb", lamb.OPTAX_LAMB),
         "torch.sgd": ("sgd", sgd.TORCH_SGD),
         "zero_buffer.sgd": ("sgd", sgd.ZERO_BUFFER_SGD),
