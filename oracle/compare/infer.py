@@ -199,7 +199,8 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
         inf.nearest, inf.separating = nearest(target, scored, fp32, seed, device, runs)
         return done(inf, runs, t0)
     best = passing[0]
-    inf.also = [c.label() for c in passing[1:]]
+    # (the precision axes are settled for the first only: the others are named by preset and counter)
+    inf.also = [f"{c.preset} counter={c.convention.counter}" for c in passing[1:]]
     # 2. the precision axes, on bf16/fp16 probes
     chosen = None
     tried_low = []
