@@ -35,7 +35,8 @@ def expected_failures(target_name, scenario):
         out.add("eager_init")
     if target_name == "torch.sgd.fused":  # fused SGD: bf16 left unchanged, late first grad, skipped first step
         out |= {"construction": {"first_step"}, "grad_scaling": {"found_inf"},
-                "irregular": {"grad_none"}}.get(scenario, set())
+                "irregular": {"grad_none"},
+                "long_horizon": {f"lockstep@{n}/{d}" for n in (256, 2048) for d in ("bf16", "fp16")}}.get(scenario, set())
     return out
 
 
@@ -244,3 +245,16 @@ def test_unavailable_target_is_skipped():
     for sc in (sc for sc in S.SCENARIOS.values() if sc.applies(gone)):
         r = sc.run(gone, "cpu", 0)
         assert r.status == "skip" and r.reason == "not here"
+
+
+def test_long_horizon_catches_a_counter_kept_in_the_param_dtype():
+    """A counter stored in the param's dtype looks like torch's float32 counter on fp32 params (both
+    stop at 2**24); on bf16 / fp16 params it stops at 256 / 2048, and the low-precision horizons say so,
+    so an undeclared optimizer with that defect cannot be inferred as a float32 counter."""
+    from oracle.mutants import target_for
+    from oracle.mutants.catalog import ZenFlow8496Bf16Counter
+    r = S.run_long_horizon(target_for(ZenFlow8496Bf16Counter), "cpu", 0)
+    failing = {n for n, c in r.checks.items() if not c.passed}
+    assert {"counters@256/bf16", "counters@2048/fp16"} <= failing
+    f = r.checks["counters@256/bf16"].findings[0]
+    assert f.got == 256 and f.expected == 257

@@ -1,4 +1,4 @@
-"""Long horizon: counters across 2^8, 2^11 and 2^24."""
+"""Long horizon: counters across 2^8, 2^11 and 2^24 (fp32 params), and 2^8, 2^11 on bf16/fp16 params."""
 from __future__ import annotations
 
 import math
@@ -64,8 +64,9 @@ def run_long_horizon(target, device="cpu", seed=0, horizons=HORIZONS):
     for hparam in oracle.SPECS[target.optimizer].counter_hparams:
         if hparam in target.options:
             hp[0][hparam] = 1e-3  # the counter enters the update through it (Adagrad's lr decay)
-    result = new_result(target, "long_horizon", "fp32/" + "+".join(f"2^{int(math.log2(n))}" for n in horizons),
-                        "float32", hp, seed, 1 + HORIZON_STEPS)
+    low = [(d, short) for d, short in (("bfloat16", "bf16"), ("float16", "fp16")) if d in target.dtypes]
+    result = new_result(target, "long_horizon", "+".join(["fp32", *(s for _, s in low)]) + "/"
+                        + "+".join(f"2^{int(math.log2(n))}" for n in horizons), "float32", hp, seed, 1 + HORIZON_STEPS)
     reason = unavailable(target, device)
     if reason:
         return skip(result, reason)
@@ -74,10 +75,9 @@ def run_long_horizon(target, device="cpu", seed=0, horizons=HORIZONS):
         _horizon(target, device, seed, hp, n, "float32", checks, "")
     # A counter kept in the param's dtype (a real defect: it stops at 256 in bf16, 2048 in fp16) looks
     # like a float32 one on fp32 params; on low-precision params it stops early.
-    for dtype, short in (("bfloat16", "bf16"), ("float16", "fp16")):
-        if dtype in target.dtypes:
-            for n in LOW_PRECISION_HORIZONS:
-                _horizon(target, device, seed, hp, n, dtype, checks, f"/{short}")
+    for dtype, short in low:
+        for n in LOW_PRECISION_HORIZONS:
+            _horizon(target, device, seed, hp, n, dtype, checks, f"/{short}")
     return finish(target, result, checks, t0)
 
 
