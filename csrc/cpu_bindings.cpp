@@ -3,6 +3,8 @@
 // per call, in double, by the shared make_*scalars functions.
 #include <ATen/Parallel.h>
 
+#include <tuple>
+
 #include "binding_utils.h"
 #include "cpu_kernels.h"
 #include "launch_plan.h"
@@ -67,18 +69,25 @@ at::Tensor sumsq(const Tensors& tensors, double scale) {
   return out;
 }
 
-void lamb_update(const Tensors& grads, const Tensors& params, const Tensors& exp_avgs,
-                 const Tensors& exp_avg_sqs, const Tensors& updates, const at::Tensor& grad_sumsq,
-                 double max_grad_norm, double beta1, double beta2, double eps, double weight_decay,
-                 bool grad_averaging, bool bias_correction, bool decoupled, int64_t step, double inv_scale,
-                 bool master) {
-  if (grads.empty()) return;
+// LAMB stage 1; returns the per-tensor sums of squares (p, u), float64.
+std::tuple<at::Tensor, at::Tensor> lamb_update(const Tensors& grads, const Tensors& params, const Tensors& exp_avgs,
+                                               const Tensors& exp_avg_sqs, const Tensors& updates,
+                                               const at::Tensor& grad_sumsq, double max_grad_norm, double beta1,
+                                               double beta2, double eps, double weight_decay, bool grad_averaging,
+                                               bool bias_correction, bool decoupled, int64_t step,
+                                               double inv_scale, bool master) {
+  auto p_sumsq = at::zeros({int64_t(grads.size())}, at::dtype(at::kDouble));
+  auto u_sumsq = at::zeros({int64_t(grads.size())}, at::dtype(at::kDouble));
+  if (grads.empty()) return {p_sumsq, u_sumsq};
   check_cpu(grad_sumsq);
   const auto lists = make_lists({&grads, &params, &exp_avgs, &exp_avg_sqs, &updates}, at::kCPU);
+  TORCH_CHECK(updates[0].scalar_type() == at::kFloat, "lamb_update: updates must be float32");
   const LambHyper h{0.0, beta1, beta2, eps, weight_decay, grad_averaging, bias_correction, decoupled, false};
   const StorageKinds kinds{storage_dtype(grads[0]), master, storage_dtype(exp_avgs[0])};
   const double clip = lamb_clip_divisor(grad_sumsq.item<double>(), max_grad_norm);
-  cpu::lamb_update(lists, kinds, make_lamb_scalars(h, double(step), inv_scale, false), float(clip), threads());
+  cpu::lamb_update(lists, kinds, make_lamb_scalars(h, double(step), inv_scale, false), float(clip),
+                   p_sumsq.data_ptr<double>(), u_sumsq.data_ptr<double>(), threads());
+  return {p_sumsq, u_sumsq};
 }
 
 void lamb_apply(const Tensors& updates, const Tensors& params, const Tensors& models,

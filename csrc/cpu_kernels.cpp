@@ -1,8 +1,13 @@
 #include "cpu_kernels.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <vector>
+
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
 
 #include "element_ops.h"
 #include "launch_plan.h"
@@ -52,6 +57,55 @@ void apply_op(const TensorLists& lists, int threads, const Args&... args) {
   });
 }
 
+// out[k][t] = the sum over tensor t's chunks of the Width partials
+// body(t, start, n, partials) writes for a chunk. Partials are kept per chunk
+// and added in chunk order: the totals do not depend on the thread count.
+template <int Width, class Body>
+void chunk_totals(const std::vector<int64_t>& numel, int threads, double* const (&out)[Width], const Body& body) {
+  const std::vector<int64_t> offsets = chunk_offsets(numel, kChunk);
+  std::vector<double> partial(size_t(offsets.back()) * Width, 0.0);
+  for_each_chunk(numel, threads, [&](int64_t t, int64_t start, int64_t n) {
+    body(t, start, n, &partial[size_t(offsets[size_t(t)] + start / kChunk) * Width]);
+  });
+  for (size_t t = 0; t < numel.size(); ++t) {
+    for (int k = 0; k < Width; ++k) {
+      double total = 0.0;
+      for (int64_t c = offsets[t]; c < offsets[t + 1]; ++c) total += partial[size_t(c) * Width + size_t(k)];
+      out[k][t] = total;
+    }
+  }
+}
+
+// Copies n floats to dst with non-temporal stores where the CPU has them.
+// LAMB's u is read back only after the whole bucket has gone through the
+// caches; a plain store would first read every line of u from memory (read
+// for ownership) only to overwrite it. The caller fences (stream_fence).
+inline void stream_floats(float* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX__)
+  for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 31u) != 0; ++i) dst[i] = src[i];
+  for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+#elif defined(__SSE__)
+  for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15u) != 0; ++i) dst[i] = src[i];
+  for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+#endif
+  if (i < n) std::memcpy(dst + i, src + i, size_t(n - i) * sizeof(float));
+}
+
+// Non-temporal stores are weakly ordered: fence before another thread (stage
+// 2) may read them.
+inline void stream_fence() {
+#if defined(__SSE__)
+  _mm_sfence();
+#endif
+}
+
+// u of one tile, 4 KiB: it stays in L1 between the update loop and streaming out.
+constexpr int64_t kTile = 1024;
+// Buckets whose u is at least this large stream u past the caches; smaller
+// ones keep it cached for stage 2 (it then still sits in L2/L3).
+constexpr int64_t kStreamBytes = int64_t(8) << 20;
+
 template <class T> double chunk_sumsq(const T* x, int64_t n, double scale) {
   double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
@@ -60,6 +114,32 @@ template <class T> double chunk_sumsq(const T* x, int64_t n, double scale) {
     acc += v * v;
   }
   return acc;
+}
+
+// LAMB stage 1 over one chunk: moments, u, and sums[0..1] = the chunk's sums
+// of p^2 and u^2 (double). Tile by tile: the update loop, then the two sums
+// over the tile while it is in L1 (p just read, u just written), so memory is
+// read once. The sums are separate loops: GCC does not vectorize the update
+// loop with double reductions in it.
+template <bool Stream, class Op> void lamb_update_chunk(const Op op, int64_t n, double* sums) {
+  double p2 = 0.0, u2 = 0.0;
+  alignas(64) float tile[kTile];
+  for (int64_t base = 0; base < n; base += kTile) {
+    const int64_t len = std::min(kTile, n - base);
+    float* const u = Stream ? tile : op.u + base;
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) {
+      typename Op::Regs r;
+      op.load(r, base + i);
+      u[i] = op.moments(r, base + i);
+    }
+    p2 += chunk_sumsq(op.p + base, len, 1.0);
+    u2 += chunk_sumsq(u, len, 1.0);
+    if constexpr (Stream) stream_floats(op.u + base, tile, len);
+  }
+  if constexpr (Stream) stream_fence();
+  sums[0] = p2;
+  sums[1] = u2;
 }
 
 }  // namespace
@@ -103,28 +183,32 @@ void lion(const TensorLists& lists, const StorageKinds& kinds, const LionScalars
 }
 
 void sumsq(const TensorLists& lists, Dtype dtype, double scale, double* out, int threads) {
-  const std::vector<int64_t> offsets = chunk_offsets(lists.numel, kChunk);
-  std::vector<double> partial(size_t(offsets.back()), 0.0);
   with_storage(dtype, [&](auto x) {
     using T = decltype(x);
-    for_each_chunk(lists.numel, threads, [&](int64_t t, int64_t start, int64_t n) {
-      const T* base = static_cast<const T*>(lists.ptr(0, t)) + start;
-      partial[size_t(offsets[size_t(t)] + start / kChunk)] = chunk_sumsq(base, n, scale);
+    chunk_totals<1>(lists.numel, threads, {out}, [&](int64_t t, int64_t start, int64_t n, double* partial) {
+      *partial = chunk_sumsq(static_cast<const T*>(lists.ptr(0, t)) + start, n, scale);
     });
   });
-  for (size_t t = 0; t < lists.numel.size(); ++t) {
-    double total = 0.0;
-    for (int64_t c = offsets[t]; c < offsets[t + 1]; ++c) total += partial[size_t(c)];
-    out[t] = total;
-  }
 }
 
-void lamb_update(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s,
-                 float clip, int threads) {
-  if (s.skip) return;
+void lamb_update(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s, float clip,
+                 double* p_sumsq, double* u_sumsq, int threads) {
+  if (s.skip) {
+    std::fill_n(p_sumsq, lists.numel.size(), 0.0);
+    std::fill_n(u_sumsq, lists.numel.size(), 0.0);
+    return;
+  }
+  int64_t total = 0;
+  for (int64_t n : lists.numel) total += n;
+  const bool stream = total * int64_t(sizeof(float)) >= kStreamBytes;
   with_kinds(kinds, [&](auto g, auto p, auto m, auto) {
     using Op = LambUpdateOp<decltype(g), decltype(p), decltype(m)>;
-    apply_op<Op>(lists, threads, clip, s);
+    if (int(lists.slots.size()) != Op::kDepth) throw std::invalid_argument("wrong number of tensor lists");
+    chunk_totals<2>(lists.numel, threads, {p_sumsq, u_sumsq}, [&](int64_t t, int64_t start, int64_t n, double* sums) {
+      const Op op([&](int k) { return lists.ptr(k, t); }, start, clip, s);
+      if (stream) lamb_update_chunk<true>(op, n, sums);
+      else lamb_update_chunk<false>(op, n, sums);
+    });
   });
 }
 

@@ -23,8 +23,11 @@ void lion(const TensorLists& lists, const StorageKinds& kinds, const LionScalars
 // the thread count.
 void sumsq(const TensorLists& lists, Dtype dtype, double scale, double* out, int threads);
 
-void lamb_update(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s,
-                 float clip, int threads);
+// LAMB stage 1, one pass: moments, u (slot 4), and per tensor the sums of
+// squares of the param and of u (in double, added in a fixed order as sumsq).
+void lamb_update(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s, float clip,
+                 double* p_sumsq, double* u_sumsq, int threads);
+// LAMB stage 2: p <- p - step_factors[t] * u.
 void lamb_apply(const TensorLists& lists, const StorageKinds& kinds, const float* step_factors,
                 int threads);
 
