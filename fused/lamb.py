@@ -70,15 +70,21 @@ class FusedLAMB(FusedOptimizer):
         device = b.params[0].device
         updates = self._update_buffers(device, b.params)
         beta1, beta2 = group["betas"]
-        p_sumsq, u_sumsq = call_kernel(
-            device, "lamb_update", b.grads, b.params, [s["exp_avg"] for s in b.states],
-            [s["exp_avg_sq"] for s in b.states], updates, grad_sumsq.to(device),
-            float(self.defaults["max_grad_norm"]), float(beta1), float(beta2), float(group["eps"]),
-            float(group["weight_decay"]), bool(group["grad_averaging"]), bool(group["bias_correction"]),
-            bool(group["adam_w_mode"]), int(group["step"]), float(inv_scale), b.kinds["master"],
-            *stream_arg(device))
-        call_kernel(device, "lamb_apply", updates, b.params, b.models, p_sumsq, u_sumsq, float(group["lr"]),
-                    float(group["weight_decay"]), bool(group["use_nvlamb"]), *stream_arg(device))
+        moments = [s["exp_avg"] for s in b.states], [s["exp_avg_sq"] for s in b.states]
+        lr, wd = float(group["lr"]), float(group["weight_decay"])
+        flags = bool(group["grad_averaging"]), bool(group["bias_correction"]), bool(group["adam_w_mode"])
+        max_norm = float(self.defaults["max_grad_norm"])
+        if device.type == "cpu":  # both stages in one call: one wake-up of the CPU threads
+            call_kernel(device, "lamb", b.grads, b.params, *moments, updates, b.models, grad_sumsq, max_norm, lr,
+                        float(beta1), float(beta2), float(group["eps"]), wd, *flags, bool(group["use_nvlamb"]),
+                        int(group["step"]), float(inv_scale))
+            return
+        p_sumsq, u_sumsq = call_kernel(device, "lamb_update", b.grads, b.params, *moments, updates,
+                                       grad_sumsq.to(device), max_norm, float(beta1), float(beta2),
+                                       float(group["eps"]), wd, *flags, int(group["step"]), float(inv_scale),
+                                       b.kinds["master"], *stream_arg(device))
+        call_kernel(device, "lamb_apply", updates, b.params, b.models, p_sumsq, u_sumsq, lr, wd,
+                    bool(group["use_nvlamb"]), *stream_arg(device))
 
     def _update_buffers(self, device: torch.device, params: list) -> list:
         """An fp32 u per param. On the CPU: views into one buffer kept across
