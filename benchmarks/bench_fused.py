@@ -127,11 +127,13 @@ def batch_ms(fn, device, iters) -> float:
 
 
 def make_params(numel, pieces, dtype, device):
-    gen = torch.Generator().manual_seed(0)
+    """`pieces` params of numel/pieces elements, with grads; drawn on the device (64M draws on the host
+    would take longer than the timing)."""
+    gen = torch.Generator(device=device).manual_seed(0)
     sizes = [numel // pieces] * pieces
-    params = [torch.randn(n, generator=gen).to(dtype).to(device).requires_grad_() for n in sizes]
+    params = [torch.randn(n, generator=gen, device=device).to(dtype).requires_grad_() for n in sizes]
     for p in params:
-        p.grad = torch.randn(p.shape, generator=gen).to(dtype).to(device) * 1e-3
+        p.grad = (torch.randn(p.shape, generator=gen, device=device) * 1e-3).to(dtype)
     return params
 
 
@@ -192,8 +194,8 @@ def main(argv=None):
     device = torch.device(args.device)
     big = 16 * 2**20 if device.type == "cpu" else 64 * 2**20
     numel = args.numel or (2**16 if args.quick else big)
-    iters = args.iters or (2 if args.quick else 5 if device.type == "cpu" else 50)
-    rounds = args.rounds or (3 if args.quick else 7)
+    iters = args.iters or (2 if args.quick else 5 if device.type == "cpu" else 20)
+    rounds = args.rounds or (3 if args.quick else 7 if device.type == "cpu" else 5)
     suites = args.suite or list(SUITES)
     rows = [measure(cfg, device, numel, iters, rounds) for cfg in configs(suites)]
     threads = torch.get_num_threads()
