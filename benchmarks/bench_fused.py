@@ -1,19 +1,37 @@
-"""AdamW step time: our fused kernel vs torch's fused AdamW, side by side.
+"""Step time of our fused kernels against a baseline, side by side, at the memory limit.
 
-    python benchmarks/bench_fused.py                      # CPU, 16M params
+    python benchmarks/bench_fused.py                      # CPU, 16M params, every suite
+    python benchmarks/bench_fused.py --suite adagrad --suite lamb
+    python benchmarks/bench_fused.py --quick              # a small configuration (seconds)
     python benchmarks/bench_fused.py --device cuda --out result.json   # CUDA, 64M params
 
-Each configuration (dtype; the params as 1 tensor or as 4) is timed for both
-implementations in the same run, interleaved, median of several repeats.
-Effective GB/s counts the bytes each implementation must move per step
-(read and written once each) and is set against a large tensor copy measured
-in the same run (read + write bytes / time).
+Suites (each row: one configuration, both implementations built on their own copy of the same params):
+  adamw    FusedAdam(adam_w_mode=True) vs torch.optim.AdamW(fused=True); fp32, and bf16 params with
+           fp32 or bf16 moments (ours keeps an fp32 master); 1 or 4 tensors
+  adagrad  FusedAdagrad vs torch.optim.Adagrad(fused=True); fp32; 1 or 100 tensors
+  lamb     FusedLAMB vs our FusedAdam (the same kernel family: what LAMB's extra passes cost); fp32;
+           1 or 100 tensors
 
-Bytes per param:
-  fp32:  ours and torch read p, g, m, v and write p, m, v: 7 x 4 = 28
-  bf16:  torch keeps p, m, v in bf16: 7 x 2 = 14
-         ours keeps an fp32 master and fp32 moments: read g (2), master, m, v (12),
-         write master, m, v (12), p (2) = 28; with moment_dtype=bf16: 20
+In each row the two implementations and a copy (dst.copy_(src), numel floats) are timed in turn, round
+after round (interleaved, so that drift on a shared machine hits all three); a round times `iters`
+steps. Times are medians over the rounds; the ratio B/A is the median of the per-round ratios.
+
+Effective GB/s = the bytes an implementation must move per step (each array read or written once, the
+model below) / time. %copy = that over the copy's GB/s (bytes read + written) measured in the same
+rounds: 100% means the step moves its bytes as fast as a plain copy moves its own.
+
+Bytes moved per param, per step (r: read, w: written; 4 bytes per fp32, 2 per bf16):
+  AdamW fp32, ours and torch    r p g m v, w p m v                            7 x 4 = 28
+        bf16, torch             p, m, v in bf16: the same 7 arrays            7 x 2 = 14
+        bf16, ours (master)     r g (2) master m v (12), w master m v (12), p (2)      28
+                                with moment_dtype=bf16: m, v 2 bytes each              20
+  Adagrad fp32, ours and torch  r p g sum, w p sum                            5 x 4 = 20
+  LAMB fp32, ours               grad norm: r g                                          4
+                                stage 1 (moments, u, ||p||^2, ||u||^2): r g p m v,
+                                  w m v u                                     7 x 4 = 28
+                                stage 2 (trust ratio, apply): r u p, w p      3 x 4 = 12
+                                                                              total     44
+                                (1.57x AdamW's 28: the least LAMB's three passes can move)
 """
 from __future__ import annotations
 
@@ -22,20 +40,75 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fused import FusedAdam  # noqa: E402
+from fused import FusedAdagrad, FusedAdam, FusedLAMB  # noqa: E402
 
-BYTES_PER_PARAM = {
-    ("ours", torch.float32, torch.float32): 28,
-    ("torch", torch.float32, None): 28,
-    ("ours", torch.bfloat16, torch.float32): 28,
-    ("ours", torch.bfloat16, torch.bfloat16): 20,
-    ("torch", torch.bfloat16, None): 14,
-}
+SUITES = ("adamw", "adagrad", "lamb")
+
+
+@dataclass
+class Impl:
+    """One side of a row: a name, its step function, and the bytes it moves per param."""
+
+    name: str
+    make: Callable  # params -> step function
+    bytes_per_param: int
+
+
+@dataclass
+class Config:
+    suite: str
+    dtype: torch.dtype
+    moment_dtype: torch.dtype
+    tensors: int
+    ours: Impl
+    baseline: Impl
+
+
+def adamw_ours(moment_dtype):
+    return lambda ps: FusedAdam(ps, lr=1e-4, weight_decay=0.01, adam_w_mode=True, moment_dtype=moment_dtype).step
+
+
+def adamw_torch(ps):
+    return torch.optim.AdamW(ps, lr=1e-4, weight_decay=0.01, fused=True).step
+
+
+def adagrad_ours(ps):
+    return FusedAdagrad(ps, lr=1e-2).step
+
+
+def adagrad_torch(ps):
+    return torch.optim.Adagrad(ps, lr=1e-2, fused=True).step
+
+
+def lamb_ours(ps):
+    return FusedLAMB(ps, lr=1e-3, weight_decay=0.01).step
+
+
+def configs(suites, adamw_tensors=(1, 4), many=100) -> list[Config]:
+    out = []
+    f32, bf16 = torch.float32, torch.bfloat16
+    if "adamw" in suites:
+        adamw_bytes = {(f32, f32): (28, 28), (bf16, f32): (28, 14), (bf16, bf16): (20, 14)}
+        for (dtype, moments), (ours_b, torch_b) in adamw_bytes.items():
+            for n in adamw_tensors:
+                out.append(Config("adamw", dtype, moments, n, Impl("ours", adamw_ours(moments), ours_b),
+                                  Impl("torch", adamw_torch, torch_b)))
+    if "adagrad" in suites:
+        for n in (1, many):
+            out.append(Config("adagrad", f32, f32, n, Impl("ours", adagrad_ours, 20),
+                              Impl("torch", adagrad_torch, 20)))
+    if "lamb" in suites:
+        for n in (1, many):
+            out.append(Config("lamb", f32, f32, n, Impl("ours lamb", lamb_ours, 44),
+                              Impl("ours adamw", adamw_ours(f32), 28)))
+    return out
 
 
 def sync(device):
@@ -43,98 +116,100 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def time_ms(fn, device, iters, repeats=5):
-    fn()
+def batch_ms(fn, device, iters) -> float:
+    """Milliseconds per call of fn, over `iters` calls."""
     sync(device)
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        sync(device)
-        samples.append((time.perf_counter() - t0) / iters * 1e3)
-    return statistics.median(samples)
-
-
-def copy_bandwidth(device, numel, iters):
-    """GB/s of dst.copy_(src), counting bytes read plus bytes written."""
-    src = torch.randn(numel, device=device)
-    dst = torch.empty_like(src)
-    ms = time_ms(lambda: dst.copy_(src), device, iters)
-    return 2 * numel * 4 / (ms * 1e-3) / 1e9
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync(device)
+    return (time.perf_counter() - t0) / iters * 1e3
 
 
 def make_params(numel, pieces, dtype, device):
-    gen = torch.Generator().manual_seed(0)
+    """`pieces` params of numel/pieces elements, with grads; drawn on the device (64M draws on the host
+    would take longer than the timing)."""
+    gen = torch.Generator(device=device).manual_seed(0)
     sizes = [numel // pieces] * pieces
-    params = [torch.randn(n, generator=gen).to(dtype).to(device).requires_grad_() for n in sizes]
+    params = [torch.randn(n, generator=gen, device=device).to(dtype).requires_grad_() for n in sizes]
     for p in params:
-        p.grad = torch.randn(p.shape, generator=gen).to(dtype).to(device) * 1e-3
+        p.grad = (torch.randn(p.shape, generator=gen, device=device) * 1e-3).to(dtype)
     return params
 
 
-def make_step(impl, params, moment_dtype):
-    if impl == "ours":
-        opt = FusedAdam(params, lr=1e-4, weight_decay=0.01, adam_w_mode=True, moment_dtype=moment_dtype)
-    else:
-        opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, fused=True)
-    return opt.step
+def measure(cfg: Config, device, numel, iters, rounds) -> dict:
+    """One row: ours, baseline and a copy, timed in turn for `rounds` rounds."""
+    src = torch.randn(numel, device=device)
+    dst = torch.empty_like(src)
+    steps = {"ours": cfg.ours.make(make_params(numel, cfg.tensors, cfg.dtype, device)),
+             "baseline": cfg.baseline.make(make_params(numel, cfg.tensors, cfg.dtype, device)),
+             "copy": lambda: dst.copy_(src)}
+    for fn in steps.values():  # first steps create state (and build the kernels)
+        fn()
+    samples = {k: [] for k in steps}
+    for _ in range(rounds):
+        for k, fn in steps.items():
+            samples[k].append(batch_ms(fn, device, iters))
+    ms = {k: statistics.median(v) for k, v in samples.items()}
+    copy_gbs = 2 * 4 * numel / ms["copy"] / 1e6
+    row = dict(suite=cfg.suite, dtype=short(cfg.dtype), moments=short(cfg.moment_dtype), tensors=cfg.tensors,
+               copy_ms=ms["copy"], copy_gbs=copy_gbs, rounds=rounds, iters=iters,
+               ratio=statistics.median(b / a for a, b in zip(samples["ours"], samples["baseline"])))
+    for key, impl in (("ours", cfg.ours), ("baseline", cfg.baseline)):  # flat: the GPU summary tabulates rows
+        gbs = impl.bytes_per_param * numel / ms[key] / 1e6
+        row.update({f"{key}_name": impl.name, f"{key}_ms": ms[key], f"{key}_bytes_per_param": impl.bytes_per_param,
+                    f"{key}_gbs": gbs, f"{key}_copy_fraction": gbs / copy_gbs})
+    return row
 
 
-def run(device, numel, iters):
-    rows = []
-    configs = [(torch.float32, torch.float32), (torch.bfloat16, torch.float32), (torch.bfloat16, torch.bfloat16)]
-    for dtype, moment_dtype in configs:
-        for pieces in (1, 4):
-            steps = {"ours": make_step("ours", make_params(numel, pieces, dtype, device), moment_dtype),
-                     "torch": make_step("torch", make_params(numel, pieces, dtype, device), None)}
-            times = {k: [] for k in steps}
-            for _ in range(3):  # interleave, so drift on a shared machine hits both
-                for k, fn in steps.items():
-                    times[k].append(time_ms(fn, device, iters, repeats=2))
-            ours, theirs = min(times["ours"]), min(times["torch"])
-            rows.append(dict(dtype=str(dtype).replace("torch.", ""), moments=str(moment_dtype).replace("torch.", ""),
-                             tensors=pieces, ours_ms=ours, torch_ms=theirs, speedup=theirs / ours,
-                             ours_gbs=BYTES_PER_PARAM[("ours", dtype, moment_dtype)] * numel / ours / 1e6,
-                             torch_gbs=BYTES_PER_PARAM[("torch", dtype, None)] * numel / theirs / 1e6))
-            del steps
-    return rows
+def short(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
-def table(rows, copy_gbs):
-    head = (f"{'dtype':8} {'moments':8} {'tensors':>7} {'ours ms':>8} {'torch ms':>8} {'torch/ours':>10} "
-            f"{'ours GB/s':>9} {'torch GB/s':>10} {'ours %copy':>10} {'torch %copy':>11}")
+def table(rows) -> str:
+    head = (f"{'suite':8} {'dtype':8} {'moments':8} {'tensors':>7} | {'A':10} {'ms':>8} {'B/p':>4} {'GB/s':>6} "
+            f"{'%copy':>6} | {'B':10} {'ms':>8} {'B/p':>4} {'GB/s':>6} {'%copy':>6} | {'B/A time':>8} "
+            f"{'copy GB/s':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['dtype']:8} {r['moments']:8} {r['tensors']:7d} {r['ours_ms']:8.2f} {r['torch_ms']:8.2f} "
-                     f"{r['speedup']:9.2f}x {r['ours_gbs']:9.1f} {r['torch_gbs']:10.1f} "
-                     f"{100 * r['ours_gbs'] / copy_gbs:9.0f}% {100 * r['torch_gbs'] / copy_gbs:10.0f}%")
+        sides = " | ".join(f"{r[k + '_name']:10} {r[k + '_ms']:8.2f} {r[k + '_bytes_per_param']:4d} "
+                           f"{r[k + '_gbs']:6.1f} {100 * r[k + '_copy_fraction']:5.0f}%" for k in ("ours", "baseline"))
+        lines.append(f"{r['suite']:8} {r['dtype']:8} {r['moments']:8} {r['tensors']:7d} | {sides} | "
+                     f"{r['ratio']:7.3f}x {r['copy_gbs']:9.1f}")
+    lines.append("B/A time: the baseline's step time over ours (median of per-round ratios); for lamb, A is "
+                 "LAMB and B our AdamW, so 1/(B/A) is LAMB's cost in AdamW steps. B/p: bytes moved per param.")
     return "\n".join(lines)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--suite", action="append", choices=SUITES, help="repeatable; default: all")
     ap.add_argument("--numel", type=int, default=None, help="params per configuration (16M CPU, 64M CUDA)")
-    ap.add_argument("--iters", type=int, default=None)
+    ap.add_argument("--iters", type=int, default=None, help="steps per timed batch")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per row (median)")
+    ap.add_argument("--quick", action="store_true", help="a small configuration: 64Ki params, 2 iters, 3 rounds")
     ap.add_argument("--out", type=Path, default=None, help="write results (.json, or markdown otherwise)")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
-    numel = args.numel or (16 * 2**20 if device.type == "cpu" else 64 * 2**20)
-    iters = args.iters or (10 if device.type == "cpu" else 50)
-    copy_gbs = copy_bandwidth(device, max(numel, 64 * 2**20), iters)
-    rows = run(device, numel, iters)
+    big = 16 * 2**20 if device.type == "cpu" else 64 * 2**20
+    numel = args.numel or (2**16 if args.quick else big)
+    iters = args.iters or (2 if args.quick else 5 if device.type == "cpu" else 20)
+    rounds = args.rounds or (3 if args.quick else 7 if device.type == "cpu" else 5)
+    suites = args.suite or list(SUITES)
+    rows = [measure(cfg, device, numel, iters, rounds) for cfg in configs(suites)]
     threads = torch.get_num_threads()
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {threads} threads"
-    text = (f"AdamW step, {numel / 2**20:.0f}M params, {where}; torch {torch.__version__}\n"
-            f"copy bandwidth {copy_gbs:.1f} GB/s (read + write)\n" + table(rows, copy_gbs))
+    text = (f"fused optimizer step, {numel / 2**20:g}M params, {where}; torch {torch.__version__}; "
+            f"medians of {rounds} interleaved rounds of {iters} steps\n" + table(rows))
     print(text)
     if args.out:
         if args.out.suffix == ".json":
-            args.out.write_text(json.dumps(dict(device=where, numel=numel, torch=torch.__version__,
-                                                copy_gbs=copy_gbs, rows=rows), indent=2))
+            args.out.write_text(json.dumps(dict(device=where, numel=numel, torch=torch.__version__, iters=iters,
+                                                rounds=rounds, rows=rows), indent=2))
         else:
             args.out.write_text("```\n" + text + "\n```\n")
+    return rows
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 // per call, in double, by the shared make_*scalars functions.
 #include <ATen/Parallel.h>
 
+#include <tuple>
+
 #include "binding_utils.h"
 #include "cpu_kernels.h"
 #include "launch_plan.h"
@@ -67,33 +69,27 @@ at::Tensor sumsq(const Tensors& tensors, double scale) {
   return out;
 }
 
-void lamb_update(const Tensors& grads, const Tensors& params, const Tensors& exp_avgs,
-                 const Tensors& exp_avg_sqs, const Tensors& updates, const at::Tensor& grad_sumsq,
-                 double max_grad_norm, double beta1, double beta2, double eps, double weight_decay,
-                 bool grad_averaging, bool bias_correction, bool decoupled, int64_t step, double inv_scale,
-                 bool master) {
-  if (grads.empty()) return;
+// LAMB stages 1 and 2 of one bucket (cpu_kernels.h); returns the per-tensor
+// sums of squares of p and u, float64.
+std::tuple<at::Tensor, at::Tensor> lamb(const Tensors& grads, const Tensors& params, const Tensors& exp_avgs,
+                                        const Tensors& exp_avg_sqs, const Tensors& updates, const Tensors& models,
+                                        const at::Tensor& grad_sumsq, double max_grad_norm, double lr, double beta1,
+                                        double beta2, double eps, double weight_decay, bool grad_averaging,
+                                        bool bias_correction, bool decoupled, bool use_nvlamb, int64_t step,
+                                        double inv_scale) {
+  auto p_sumsq = at::zeros({int64_t(grads.size())}, at::dtype(at::kDouble));
+  auto u_sumsq = at::zeros({int64_t(grads.size())}, at::dtype(at::kDouble));
+  if (grads.empty()) return {p_sumsq, u_sumsq};
   check_cpu(grad_sumsq);
-  const auto lists = make_lists({&grads, &params, &exp_avgs, &exp_avg_sqs, &updates}, at::kCPU);
-  const LambHyper h{0.0, beta1, beta2, eps, weight_decay, grad_averaging, bias_correction, decoupled, false};
-  const StorageKinds kinds{storage_dtype(grads[0]), master, storage_dtype(exp_avgs[0])};
+  const auto lists = make_lists(with_models({&grads, &params, &exp_avgs, &exp_avg_sqs, &updates}, models), at::kCPU);
+  TORCH_CHECK(updates[0].scalar_type() == at::kFloat, "lamb: updates must be float32");
+  const StorageKinds kinds = kinds_of(grads, params, exp_avgs, models);
+  const LambHyper h{lr, beta1, beta2, eps, weight_decay, grad_averaging, bias_correction, decoupled, use_nvlamb};
   const double clip = lamb_clip_divisor(grad_sumsq.item<double>(), max_grad_norm);
-  cpu::lamb_update(lists, kinds, make_lamb_scalars(h, double(step), inv_scale, false), float(clip), threads());
-}
-
-void lamb_apply(const Tensors& updates, const Tensors& params, const Tensors& models,
-                const at::Tensor& p_sumsq, const at::Tensor& u_sumsq, double lr, double weight_decay,
-                bool use_nvlamb) {
-  if (updates.empty()) return;
-  const auto lists = make_lists(with_models({&updates, &params}, models), at::kCPU);
-  const auto p_sq = p_sumsq.contiguous(), u_sq = u_sumsq.contiguous();
-  const bool use_ratio = use_nvlamb || weight_decay != 0.0;
-  std::vector<float> factors;
-  for (size_t t = 0; t < updates.size(); ++t) {
-    factors.push_back(float(lamb_step_factor(lr, p_sq.data_ptr<double>()[t], u_sq.data_ptr<double>()[t], use_ratio)));
-  }
-  const Dtype model = models.empty() ? storage_dtype(params[0]) : storage_dtype(models[0]);
-  cpu::lamb_apply(lists, StorageKinds{model, !models.empty(), Dtype::f32}, factors.data(), threads());
+  const cpu::LambTrust trust{lr, use_nvlamb || weight_decay != 0.0};
+  cpu::lamb(lists, kinds, make_lamb_scalars(h, double(step), inv_scale, false), float(clip), trust,
+            p_sumsq.data_ptr<double>(), u_sumsq.data_ptr<double>(), threads());
+  return {p_sumsq, u_sumsq};
 }
 
 py::list plan_launches_py(const std::vector<int64_t>& sizes, int64_t chunk_size, int64_t max_tensors,
@@ -124,8 +120,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sgd", &b::sgd);
   m.def("lion", &b::lion);
   m.def("sumsq", &b::sumsq);
-  m.def("lamb_update", &b::lamb_update);
-  m.def("lamb_apply", &b::lamb_apply);
+  m.def("lamb", &b::lamb);
   m.def("plan_launches", &b::plan_launches_py, py::arg("sizes"), py::arg("chunk_size"), py::arg("max_tensors"),
         py::arg("max_blocks"));
   m.def("chunk_offsets", &optim::chunk_offsets);

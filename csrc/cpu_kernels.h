@@ -23,10 +23,19 @@ void lion(const TensorLists& lists, const StorageKinds& kinds, const LionScalars
 // the thread count.
 void sumsq(const TensorLists& lists, Dtype dtype, double scale, double* out, int threads);
 
-void lamb_update(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s,
-                 float clip, int threads);
-void lamb_apply(const TensorLists& lists, const StorageKinds& kinds, const float* step_factors,
-                int threads);
+// LAMB stage 2's inputs besides the norms.
+struct LambTrust {
+  double lr;
+  bool use_ratio;  // ||p||/||u|| (weight_decay != 0 or use_nvlamb), else ratio 1
+};
+
+// LAMB stages 1 and 2 of one bucket, after the global grad norm (clip is its
+// divisor). Lists: grad, param, exp_avg, exp_avg_sq, update (fp32 scratch)
+// [, model]. Stage 1, one pass: moments, u, and per tensor the sums of squares
+// of the param and of u (double, added in a fixed order as sumsq), written to
+// p_sumsq and u_sumsq. Stage 2: p <- p - lr * ratio * u.
+void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s, float clip,
+          const LambTrust& trust, double* p_sumsq, double* u_sumsq, int threads);
 
 // Storage conversion, exposed for tests of storage.h.
 void convert(const void* src, Dtype src_dtype, void* dst, Dtype dst_dtype, int64_t n);

@@ -2,6 +2,8 @@
 // host compiler without CUDA headers: kernels are reached through the plain
 // declarations of cuda_kernels.h, and the stream comes from Python as a handle
 // (torch.cuda.current_stream().cuda_stream), launched on the current device.
+#include <tuple>
+
 #include "binding_utils.h"
 #include "cuda_kernels.h"
 #include "launch_plan.h"
@@ -114,19 +116,32 @@ at::Tensor sumsq(const Tensors& tensors, double scale, int64_t stream) {
   return out;
 }
 
-void lamb_update(const Tensors& grads, const Tensors& params, const Tensors& exp_avgs,
-                 const Tensors& exp_avg_sqs, const Tensors& updates, const at::Tensor& grad_sumsq,
-                 double max_grad_norm, double beta1, double beta2, double eps, double weight_decay,
-                 bool grad_averaging, bool bias_correction, bool decoupled, int64_t step, double inv_scale,
-                 bool master, int64_t stream) {
-  if (grads.empty()) return;
+// LAMB stage 1; returns the per-tensor sums of squares (p, u), float64 on the device.
+std::tuple<at::Tensor, at::Tensor> lamb_update(const Tensors& grads, const Tensors& params, const Tensors& exp_avgs,
+                                               const Tensors& exp_avg_sqs, const Tensors& updates,
+                                               const at::Tensor& grad_sumsq, double max_grad_norm, double beta1,
+                                               double beta2, double eps, double weight_decay, bool grad_averaging,
+                                               bool bias_correction, bool decoupled, int64_t step,
+                                               double inv_scale, bool master, int64_t stream) {
+  TORCH_CHECK(!grads.empty(), "lamb_update: empty list");
   const auto device = grads[0].device();
   const auto lists = make_lists({&grads, &params, &exp_avgs, &exp_avg_sqs, &updates}, device);
+  TORCH_CHECK(updates[0].scalar_type() == at::kFloat, "lamb_update: updates must be float32");
   const auto* sumsq_ptr = device_ptr<double>(grad_sumsq, at::kDouble, "grad_sumsq", device);
+  const auto offsets = chunk_offsets(lists.numel, cuda::chunk_size());
+  const auto options = grads[0].options().dtype(at::kDouble);
+  auto p_sumsq = at::zeros({int64_t(grads.size())}, options);
+  auto u_sumsq = at::zeros({int64_t(grads.size())}, options);
+  auto partials = at::empty({2, std::max<int64_t>(offsets.back(), 1)}, options);
+  auto offsets_dev = at::tensor(offsets, at::dtype(at::kLong)).to(device);
+  const cuda::LambNorms norms{partials[0].data_ptr<double>(), partials[1].data_ptr<double>(),
+                              offsets_dev.data_ptr<int64_t>(), p_sumsq.data_ptr<double>(),
+                              u_sumsq.data_ptr<double>()};
   const LambHyper h{0.0, beta1, beta2, eps, weight_decay, grad_averaging, bias_correction, decoupled, false};
   const StorageKinds kinds{storage_dtype(grads[0]), master, storage_dtype(exp_avgs[0])};
   cuda::lamb_update(lists, kinds, make_lamb_scalars(h, double(step), inv_scale, false), sumsq_ptr, max_grad_norm,
-                    as_stream(stream));
+                    norms, as_stream(stream));
+  return {p_sumsq, u_sumsq};
 }
 
 void lamb_apply(const Tensors& updates, const Tensors& params, const Tensors& models, const at::Tensor& p_sumsq,

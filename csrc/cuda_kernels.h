@@ -43,10 +43,24 @@ void lion(const TensorLists& lists, const StorageKinds& kinds, const LionHyper& 
 void sumsq(const TensorLists& lists, Dtype dtype, double scale, double* partials, const int64_t* offsets,
            double* out, void* stream);
 
-// LAMB stages 2-3; grad_sumsq: device pointer to the global sum of squares.
+// Device buffers of LAMB stage 1's norms: per-chunk partials (one double per
+// chunk, chunk_offsets(numel).back()), offsets = chunk_offsets on the device,
+// and the per-tensor sums of squares of p and u it writes.
+struct LambNorms {
+  double* p_partials;
+  double* u_partials;
+  const int64_t* offsets;
+  double* p_sumsq;
+  double* u_sumsq;
+};
+
+// LAMB stage 1: moments, u, and the per-tensor sums of squares of p and u
+// (deterministic: fixed reduction order). grad_sumsq: device pointer to the
+// global sum of squares of the grads. The caller zeroes the sums (a skipped
+// step writes nothing).
 void lamb_update(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s,
-                 const double* grad_sumsq, double max_grad_norm, void* stream);
-// LAMB stages 4-5; p_sumsq, u_sumsq: device arrays indexed like the lists.
+                 const double* grad_sumsq, double max_grad_norm, const LambNorms& norms, void* stream);
+// LAMB stage 2: trust ratio and apply; p_sumsq, u_sumsq: device arrays indexed like the lists.
 void lamb_apply(const TensorLists& lists, const StorageKinds& kinds, const double* p_sumsq,
                 const double* u_sumsq, double lr, bool use_ratio, void* stream);
 

@@ -9,7 +9,7 @@
 //   SGD          grad, param, momentum_buffer [, model]   (momentum != 0)
 //   SGD plain    grad, param [, model]                    (momentum == 0)
 //   Lion         grad, param, exp_avg [, model]
-//   LAMB update  grad, param, exp_avg, exp_avg_sq, update
+//   LAMB update  grad, param, exp_avg, exp_avg_sq, update (fp32, written)
 //   LAMB apply   update, param [, model]
 // "param" is the fp32 master when there is one; "model" is then the
 // low-precision param, rewritten as the rounded master after every step.
@@ -131,6 +131,8 @@ template <class G, class P, class M, bool Master> struct LionOp {
 };
 
 // LAMB stages 2-3: moments and the fp32 update direction; p is only read.
+// moments() stores m and v and returns u, so that a loop can also add u and
+// p into the per-tensor norms (the two-stage kernels) before storing u.
 template <class G, class P, class M> struct LambUpdateOp {
   static constexpr int kDepth = 5;
   struct Regs { float g, p, m, v; };
@@ -146,10 +148,12 @@ template <class G, class P, class M> struct LambUpdateOp {
   OPTIM_HD void load(Regs& r, int64_t i) const {
     r.g = to_float(g[i]); r.p = to_float(p[i]); r.m = to_float(m[i]); r.v = to_float(v[i]);
   }
-  OPTIM_HD void store(Regs& r, int64_t i) const {
-    u[i] = lamb_moments_update(r.p, r.m, r.v, r.g, clip, s);
+  OPTIM_HD float moments(Regs& r, int64_t i) const {
+    const float update = lamb_moments_update(r.p, r.m, r.v, r.g, clip, s);
     m[i] = from_float<M>(r.m); v[i] = from_float<M>(r.v);
+    return update;
   }
+  OPTIM_HD void store(Regs& r, int64_t i) const { u[i] = moments(r, i); }
 };
 
 // LAMB stage 5: p <- p - step_factor * u, step_factor = lr * trust ratio.

@@ -11,7 +11,10 @@ oracle's stages so that a mismatch can be pinned to one:
               used only when wd != 0 unless use_nvlamb
   5. apply    p <- p - lr * ratio * u
 
-u lives in a temporary fp32 buffer per tensor; the caller's grads are only read.
+The kernels run this in three passes over memory: the global grad norm (reads
+g), then stage 1 = 2-4 (reads g, p, m, v; writes m, v, u; sums p^2 and u^2 per
+tensor on the way), then stage 2 = 5 (reads u, p; writes p). u lives in an fp32
+buffer; the caller's grads are only read.
 """
 from __future__ import annotations
 
@@ -65,18 +68,45 @@ class FusedLAMB(FusedOptimizer):
 
     def _update_bucket(self, group: dict, b: Bucket, grad_sumsq: torch.Tensor, inv_scale: float) -> None:
         device = b.params[0].device
-        updates = [torch.empty_like(p, dtype=torch.float32) for p in b.params]
+        updates = self._update_buffers(device, b.params)
         beta1, beta2 = group["betas"]
-        call_kernel(device, "lamb_update", b.grads, b.params, [s["exp_avg"] for s in b.states],
-                    [s["exp_avg_sq"] for s in b.states], updates, grad_sumsq.to(device),
-                    float(self.defaults["max_grad_norm"]), float(beta1), float(beta2), float(group["eps"]),
-                    float(group["weight_decay"]), bool(group["grad_averaging"]), bool(group["bias_correction"]),
-                    bool(group["adam_w_mode"]), int(group["step"]), float(inv_scale), b.kinds["master"],
-                    *stream_arg(device))
-        p_sumsq = sumsq(device, b.params, 1.0)
-        u_sumsq = sumsq(device, updates, 1.0)
-        call_kernel(device, "lamb_apply", updates, b.params, b.models, p_sumsq, u_sumsq, float(group["lr"]),
-                    float(group["weight_decay"]), bool(group["use_nvlamb"]), *stream_arg(device))
+        moments = [s["exp_avg"] for s in b.states], [s["exp_avg_sq"] for s in b.states]
+        lr, wd = float(group["lr"]), float(group["weight_decay"])
+        flags = bool(group["grad_averaging"]), bool(group["bias_correction"]), bool(group["adam_w_mode"])
+        max_norm = float(self.defaults["max_grad_norm"])
+        if device.type == "cpu":  # both stages in one call: one wake-up of the CPU threads
+            call_kernel(device, "lamb", b.grads, b.params, *moments, updates, b.models, grad_sumsq, max_norm, lr,
+                        float(beta1), float(beta2), float(group["eps"]), wd, *flags, bool(group["use_nvlamb"]),
+                        int(group["step"]), float(inv_scale))
+            return
+        p_sumsq, u_sumsq = call_kernel(device, "lamb_update", b.grads, b.params, *moments, updates,
+                                       grad_sumsq.to(device), max_norm, float(beta1), float(beta2),
+                                       float(group["eps"]), wd, *flags, int(group["step"]), float(inv_scale),
+                                       b.kinds["master"], *stream_arg(device))
+        call_kernel(device, "lamb_apply", updates, b.params, b.models, p_sumsq, u_sumsq, lr, wd,
+                    bool(group["use_nvlamb"]), *stream_arg(device))
+
+    def _update_buffers(self, device: torch.device, params: list) -> list:
+        """An fp32 u per param. On the CPU: views into one buffer kept across
+        steps (not state: never saved), because the CPU allocator hands a large
+        block back to the OS when it is freed, and a fresh one costs a page
+        fault per 4 KiB on its first write, as much time as a pass over it.
+        Views start on 64-byte boundaries, so the kernel's vector stores align.
+        On CUDA the caching allocator already reuses memory, in stream order."""
+        if device.type != "cpu":
+            return [torch.empty_like(p, dtype=torch.float32) for p in params]
+        starts, total = [], 0
+        for p in params:
+            starts.append(total)
+            total += -(-p.numel() // U_ALIGN) * U_ALIGN
+        scratch = self.__dict__.setdefault("_u_scratch", {})
+        buf = scratch.get(device)
+        if buf is None or buf.numel() < total:
+            buf = scratch[device] = torch.empty(total, dtype=torch.float32, device=device)
+        return [buf[s:s + p.numel()].view(p.shape) for s, p in zip(starts, params)]
+
+
+U_ALIGN = 16  # floats per 64 bytes
 
 
 def sumsq(device: torch.device, tensors: list, scale: float) -> torch.Tensor:
