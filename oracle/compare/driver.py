@@ -71,7 +71,8 @@ def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern:
     result = run_case(target, case, seed, device)
     if teach and result.status == "fail" and not result.reason:
         # which one legitimate convention would explain it (a few more runs, on failing rows only)
-        result.reason = explain_by_convention(target, case, seed, device)
+        result.reason = explain_by_convention(target, case, seed, device,
+                                              [n for n, c in result.checks.items() if not c.passed])
     return result
 
 

@@ -36,7 +36,9 @@ PRECISIONS = (("float32", "param", False), ("float32", "float32", False), ("floa
               ("float32", "param", True), ("storage", "param", False))
 COUNTERS = ("param", "group")
 PROBE_STEPS = 4          # early steps: bias corrections are far from 1
-PROBE_CHECKS = ("lockstep", "trajectory", "counters", "schema")
+PROBE_CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema")  # all but roundtrip
+# what no convention may excuse (oracle.compare.finite, oracle.compare.guards): never "taught"
+UNEXCUSABLE = ("finite", "bounds")
 # probes run first: they separate most presets at the first case
 FIRST_REGIMES = ("large_decay", "tiny_grads", "normal")
 LOW_PRECISION_REGIMES = ("normal", "large_decay", "tiny_grads", "small_params")
@@ -280,10 +282,13 @@ def single_axis_changes(target, dtype: str) -> list[tuple[str, object, object]]:
     return out
 
 
-def teach(target, case, seed: int, device: str) -> str:
+def teach(target, case, seed: int, device: str, failing=()) -> str:
     """For a failing matrix row: the single-axis change of convention under which the same case passes
-    every check, in words a person can act on; "" when none does."""
+    every check, in words a person can act on; "" when none does, or when a check no convention may
+    excuse (a non-finite value, a write outside a tensor) is among the `failing` ones."""
     from .run import run_case
+    if set(failing) & set(UNEXCUSABLE):
+        return ""
     for axis, value, alt in single_axis_changes(target, case.dtype):
         if run_case(alt, case, seed, device, checks=PROBE_CHECKS).status != "pass":
             continue
