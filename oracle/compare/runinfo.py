@@ -6,7 +6,7 @@ from __future__ import annotations
 import platform
 import shlex
 
-THIRD_PARTY = ("deepspeed", "bitsandbytes", "torchao", "apex", "transformer_engine")
+THIRD_PARTY = ("deepspeed", "bitsandbytes", "torchao", "apex", "transformer_engine", "pytorch-optimizer")
 
 
 def repro_command(result, device: str = "cpu") -> str:
