@@ -85,21 +85,34 @@ def case_names(optimizer: str, dtypes=None, cases=None, steps: int = 20) -> list
     return names
 
 
-def target_for(factory, optimizer: str | None = None, convention=None):
-    """The comparison engine's Target for a factory (oracle.compare.targets.user.from_object)."""
-    from oracle.compare.targets.user import from_object
+_INFERRED: dict = {}  # (factory, optimizer, dtypes, device) -> Candidate or None: one inference per test session
+
+
+def target_for(factory, optimizer: str | None = None, convention=None, infer: bool = True, dtypes=None,
+               device: str = "cpu"):
+    """The comparison engine's Target for a factory (oracle.compare.targets.user.from_object); what the
+    factory does not declare is inferred first (oracle.compare.infer), as the CLI does, unless infer=False."""
+    from oracle.compare.targets.declare import apply
+    from oracle.compare.targets.user import declared_axes, from_object
     spec, _ = _name(factory)
     if optimizer is None and getattr(factory, "ORACLE_OPTIMIZER", None) is None:
         raise ValueError(f"which optimizer does {spec} implement? pass optimizer='adamw' (or 'adam', 'adagrad', "
                          f"'lamb', ...) or set ORACLE_OPTIMIZER on the class")
-    return from_object(factory, spec, optimizer, convention)
+    target = from_object(factory, spec, optimizer, convention, inferred=False)
+    if not (infer and target.infer):
+        return target
+    key = (factory, target.optimizer, tuple(dtypes or ()), device)
+    if key not in _INFERRED:
+        from oracle.compare.infer import infer as fingerprint
+        _INFERRED[key] = fingerprint(target, device, declared=declared_axes(factory), dtypes=dtypes).used
+    return apply(target, _INFERRED[key]) if _INFERRED[key] is not None else target
 
 
 def check_optimizer(factory, optimizer: str | None = None, dtypes=None, cases=None, scenarios=None,
-                    steps: int = 20, seeds=(0,), device: str = "cpu", convention=None) -> list:
+                    steps: int = 20, seeds=(0,), device: str = "cpu", convention=None, infer: bool = True) -> list:
     """Run the selected cases (and scenarios) against `factory` here; the CaseResults, in order."""
     from oracle.compare.driver import jobs_for, rows, run_job
-    target = target_for(factory, optimizer, convention)
+    target = target_for(factory, optimizer, convention, infer, _dtypes(dtypes), device)
     spec, importable = _name(factory)
     chosen = _scenarios(scenarios)
     matrix = cases != [] and (cases is not None or not chosen)  # like the CLI: naming scenarios runs only those
@@ -126,15 +139,17 @@ def failure_message(results, device: str = "cpu") -> str:
 
 
 def assert_optimizer_matches(factory, optimizer: str | None = None, dtypes=None, cases=None, scenarios=None,
-                             steps: int = 20, seeds=(0,), device: str = "cpu", convention=None) -> list:
+                             steps: int = 20, seeds=(0,), device: str = "cpu", convention=None,
+                             infer: bool = True) -> list:
     """Raise AssertionError (one failure line per failing case) unless `factory` matches the oracle on
     every selected case; also when every case was skipped (nothing checked is not a pass). Returns
     the CaseResults.
 
     optimizer: the oracle's name (adamw, adam, adagrad, lamb, ...); dtypes: param dtypes (default
     float32, bfloat16, float16); cases: None (all), a glob/substring or a list of case names;
-    scenarios: names from oracle.compare.scenarios ("all"), default none."""
-    results = check_optimizer(factory, optimizer, dtypes, cases, scenarios, steps, seeds, device, convention)
+    scenarios: names from oracle.compare.scenarios ("all"), default none; infer: what the factory does
+    not declare (ORACLE_*) is inferred first (oracle.compare.infer; once per factory and session)."""
+    results = check_optimizer(factory, optimizer, dtypes, cases, scenarios, steps, seeds, device, convention, infer)
     message = failure_message(results, device)
     if message:
         n = sum(r.status in ("fail", "error") for r in results)

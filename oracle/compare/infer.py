@@ -173,13 +173,14 @@ def precisions(declared: dict) -> list[tuple]:
                      declared.get("masters", False))]
 
 
-def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = None) -> Inference:
-    """Fingerprint `target` (its declared axes fixed; see module docstring)."""
+def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = None, dtypes=None) -> Inference:
+    """Fingerprint `target` (its declared axes fixed; see module docstring); `dtypes` limits the
+    low-precision probes to the param dtypes that will be judged (default: all)."""
     t0 = time.perf_counter()
     declared = declared or {}
     inf = Inference(target.name, target.optimizer, declared=tuple(sorted(declared)))
     fp32 = probe_cases(target, ("float32",))
-    low = probe_cases(target, ("bfloat16", "float16"))
+    low = probe_cases(target, [d for d in ("bfloat16", "float16") if dtypes is None or d in dtypes])
     compute0, state0, masters0 = precisions(declared)[0]
 
     runs: list = []
