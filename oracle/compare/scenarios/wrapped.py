@@ -55,7 +55,7 @@ def run_wrapped(target, device="cpu", seed=0, wrapper="ddp_bucket_view", worlds=
                 return _error(result, f"world {world}: {err}", t0)
         for src, dst in pairs:
             err = _launch(target, spec, checks, tmp, dst, {"mode": "resume", "src_world": src,
-                                                          "ckpt": os.path.join(tmp, f"ckpt_w{src}.pt"),
+                                                          "ckpt": os.path.join(tmp, f"ckpt_w{src}"),
                                                           "final": os.path.join(tmp, f"final_w{src}.pt")},
                           seed, hp, timeout, label=f"world {src}->{dst}")
             if err:
@@ -69,7 +69,7 @@ def _launch(target, spec, checks, tmp, world, extra, seed, hp, timeout, label=No
     out = os.path.join(tmp, f"{extra['mode']}_w{world}_{extra.get('src_world', '')}")
     os.makedirs(out)
     job = {"seed": seed, "hparams": hp, "steps": WRAPPED_STEPS, "device": "cpu", "out": out,
-           "ckpt_out": os.path.join(tmp, f"ckpt_w{world}.pt"), "final_out": os.path.join(tmp, f"final_w{world}.pt"),
+           "ckpt_out": os.path.join(tmp, f"ckpt_w{world}"), "final_out": os.path.join(tmp, f"final_w{world}.pt"),
            **extra}
     env = ranks.rank_env(world)
     per_rank, err = ranks.fork(wrapped_worker.forked, lambda rank: (job, rank, world, target, spec, env), world, out,
