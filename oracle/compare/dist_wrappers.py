@@ -27,6 +27,7 @@ Wrappers that cannot run here are listed in UNAVAILABLE with the reason
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
@@ -81,6 +82,29 @@ def full(t):
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
+class GatheredState(Mapping):
+    """opt.state seen through full params: an entry is gathered when it is read
+    (a lookup gathers that param's state only, iteration every param's)."""
+
+    def __init__(self, opt, sharded: dict):
+        self.opt, self.sharded = opt, sharded
+
+    def _param(self, fp):
+        hit = self.sharded.get(id(fp))
+        if hit is None or hit[0] is not fp or hit[1] not in self.opt.state:
+            raise KeyError("no state")
+        return hit[1]
+
+    def __getitem__(self, fp) -> dict:
+        return {k: full(v) for k, v in self.opt.state[self._param(fp)].items()}
+
+    def __iter__(self):
+        return (fp for fp, p in self.sharded.values() if p in self.opt.state)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class Gathered:
     """An optimizer over DTensor params as the oracle sees it: param_groups and
     state hold the full tensors (gathered on every access, a collective), the
@@ -105,12 +129,11 @@ class Gathered:
         return groups
 
     @property
-    def state(self) -> dict:
-        """Keyed by the full params of the last param_groups read; values gathered now."""
+    def state(self) -> "GatheredState":
+        """Keyed by the full params of the last param_groups read; each entry gathered when read."""
         if not self._sharded:
             self.param_groups  # noqa: B018 - builds the key map
-        return {fp: {k: full(v) for k, v in self.opt.state[p].items()}
-                for fp, p in self._sharded.values() if p in self.opt.state}
+        return GatheredState(self.opt, self._sharded)
 
     def state_dict(self):
         return self.opt.state_dict()
