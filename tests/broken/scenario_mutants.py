@@ -26,6 +26,7 @@ class GroupAdamW(torch.optim.Optimizer):
     write_to_copy = False              # update a p.contiguous() copy
     grad_as_workspace = False          # the update is written into p.grad
     float32_counter = False            # counter kept as a float32 tensor
+    skip_empty_shards_before_counter = False  # TE #1986 again, judging emptiness by this rank's shards
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
@@ -44,6 +45,8 @@ class GroupAdamW(torch.optim.Optimizer):
             return None
         for group in self.param_groups:
             if self.skip_empty_before_counter and not group["params"]:
+                continue
+            if self.skip_empty_shards_before_counter and not any(_local(p).numel() for p in group["params"]):
                 continue
             t = self._advance(group)
             b1, b2 = group["betas"]
@@ -78,6 +81,18 @@ class GroupAdamW(torch.optim.Optimizer):
             for key, val in saved.items():
                 if isinstance(val, torch.Tensor) and val.is_floating_point():
                     self.state[p][key] = val.to(device=p.device).clone()
+
+
+def _local(p):
+    """This rank's shard of a DTensor param (the tensor itself otherwise)."""
+    return p.to_local() if hasattr(p, "to_local") else p
+
+
+class EmptyShardGroupNoCounter(GroupAdamW):
+    """The empty-group skip of TE #1986 under FSDP2: a group all of whose params
+    have empty shards on this rank (fewer rows than ranks) is skipped before its
+    counter, as a multi-tensor kernel over local shards would."""
+    skip_empty_shards_before_counter = True
 
 
 class EmptyGroupNoCounter(GroupAdamW):
