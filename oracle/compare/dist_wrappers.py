@@ -21,9 +21,19 @@ one world size and continued at another.
                       owners broadcast. A group with fewer params than ranks
                       is empty on some ranks. Checkpoints go through
                       consolidate_state_dict(to=0).
+    fsdp2             FSDP2 fully_shard of the root, fp32; fsdp2_layers: each
+    fsdp2_layers      param's Leaf sharded, then the root; fsdp2_bf16: per
+    fsdp2_bf16        layer with MixedPrecisionPolicy(bf16 params, fp32
+                      reduce). Params, grads and state are DTensor shards
+                      (dim 0; a param with fewer rows than ranks is empty on
+                      some), read whole through a Gathered view. Checkpoints:
+                      get/set_optimizer_state_dict(full_state_dict=True).
+    dcp_reshard       FSDP2 per layer; checkpoints are
+                      torch.distributed.checkpoint's sharded dcp.save/dcp.load,
+                      resharded 4->2, 4->1, 2->4, 1->4.
 
-Wrappers that cannot run here are listed in UNAVAILABLE with the reason
-(docs/wrappers.md).
+Wrappers that cannot run here would be listed in UNAVAILABLE with the reason
+(docs/wrappers.md); every wrapper named so far runs on CPU.
 """
 from __future__ import annotations
 

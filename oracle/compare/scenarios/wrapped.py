@@ -27,12 +27,14 @@ def run_wrapped(target, device="cpu", seed=0, wrapper="ddp_bucket_view", worlds=
     """A torch distributed wrapper around the target's optimizer (gloo, worlds 1, 2, 4).
 
     Checks on every rank: construction (nothing changes before the first
-    step), lockstep + counters (the optimizer holding the rank's state
+    step), checkpoint_init (taking the wrapper's checkpoint state dict before
+    the first step, on a fresh setup, changes nothing), lockstep + counters (the optimizer holding the rank's state
     against the oracle, on the grads the wrapper produced), allreduce (the
     data-parallel grad is the exact mean of the global batch), sync (all
     ranks hold the same full params after each step) and reshard (state
     saved whole at one world size, continued at another, equals the
-    uninterrupted run bit for bit, counters included)."""
+    uninterrupted run bit for bit, counters included). Sharded (FSDP2)
+    params, grads and state are read whole (DTensor.full_tensor)."""
     t0 = time.perf_counter()
     spec = WRAPPERS[wrapper]
     worlds = tuple(worlds or spec.worlds)
