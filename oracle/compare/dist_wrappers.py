@@ -93,26 +93,60 @@ def full(t):
 
 
 class GatheredState(Mapping):
-    """opt.state seen through full params: an entry is gathered when it is read
-    (a lookup gathers that param's state only, iteration every param's)."""
+    """opt.state seen through full params: an entry is gathered when it is read.
+
+    Which params have state, and which sharded entries, is agreed by all ranks
+    first (one all_gather_object): a rank whose optimizer skipped a param (an
+    empty shard, say) still takes part in the gathers, contributing zeros for
+    its shard, so the view cannot deadlock or mismatch collectives; its own
+    plain entries (the counter) stay missing, which the counter check reports."""
 
     def __init__(self, opt, sharded: dict):
         self.opt, self.sharded = opt, sharded
+        mine = [None if p not in opt.state else
+                {k: str(v.dtype) for k, v in opt.state[p].items() if _is_dtensor(v)}
+                for _, p in sharded.values()]
+        everyone = [mine]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            everyone = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(everyone, mine)
+        self.sharded_keys = {}  # id(full param) -> {sharded key: dtype name}, for params some rank has state for
+        for j, (fp, _) in enumerate(sharded.values()):
+            rows = [row[j] for row in everyone if row[j] is not None]
+            if rows:
+                self.sharded_keys[id(fp)] = {k: d for row in reversed(rows) for k, d in row.items()}
 
     def _param(self, fp):
         hit = self.sharded.get(id(fp))
-        if hit is None or hit[0] is not fp or hit[1] not in self.opt.state:
+        if hit is None or hit[0] is not fp or id(fp) not in self.sharded_keys:
             raise KeyError("no state")
         return hit[1]
 
     def __getitem__(self, fp) -> dict:
-        return {k: full(v) for k, v in self.opt.state[self._param(fp)].items()}
+        p = self._param(fp)
+        own = self.opt.state[p] if p in self.opt.state else {}
+        out = {k: v for k, v in own.items() if not _is_dtensor(v)}
+        for key, dtype in sorted(self.sharded_keys[id(fp)].items()):
+            out[key] = full(own[key] if key in own else _zeros_like_shard(p, getattr(torch, dtype.split(".")[-1])))
+        return out
 
     def __iter__(self):
-        return (fp for fp, p in self.sharded.values() if p in self.opt.state)
+        return (fp for fp, _ in self.sharded.values() if id(fp) in self.sharded_keys)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self.sharded_keys)
+
+
+def _is_dtensor(v) -> bool:
+    from torch.distributed.tensor import DTensor
+    return isinstance(v, DTensor)
+
+
+def _zeros_like_shard(p, dtype):
+    """A DTensor laid out like param p, zeros in this rank's shard."""
+    from torch.distributed.tensor import DTensor
+    return DTensor.from_local(torch.zeros(p.to_local().shape, dtype=dtype), p.device_mesh, p.placements,
+                              shape=p.shape, stride=p.stride())
 
 
 class Gathered:
