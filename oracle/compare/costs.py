@@ -137,4 +137,16 @@ COSTS = {
     ('torch.adamw.fused', 'scenario:irregular'): 0.157,
     ('torch.adamw.fused', 'scenario:long_horizon'): 0.149,
     ('torch.adamw.fused', 'scenario:rank_skew'): 1.307,
+    # the FSDP2 / torch.distributed.checkpoint scenarios, measured by hand from the committed
+    # reports/wrappers/{fsdp2,dcp_reshard} runs (--jobs 1, load average about 20: slower than the rest)
+    ('torch.adamw.forloop', 'scenario:fsdp2'): 117.7,
+    ('torch.adamw.forloop', 'scenario:fsdp2_layers'): 224.4,
+    ('torch.adamw.forloop', 'scenario:fsdp2_bf16'): 279.5,
+    ('torch.adamw.fused', 'scenario:fsdp2'): 292.4,
+    ('torch.adamw.fused', 'scenario:fsdp2_layers'): 174.1,
+    ('torch.adamw.fused', 'scenario:fsdp2_bf16'): 183.0,
+    ('torch.adagrad.forloop', 'scenario:dcp_reshard'): 295.5,
+    ('torch.adam.forloop', 'scenario:dcp_reshard'): 401.2,
+    ('torch.adamw.forloop', 'scenario:dcp_reshard'): 220.5,
+    ('torch.sgd.forloop', 'scenario:dcp_reshard'): 205.3,
 }
