@@ -160,8 +160,8 @@ def _construction(res: CheckResult, target, w, start, hp, label) -> None:
             if not same_bits(p, start[g][i]):
                 res.fail(Finding(res.check, 0, f"{label}group {g} param {i} param", expected="unchanged",
                                  got="changed", detail="changed by the wrapper's construction"))
-    inner_params = [group["params"] for group in w.inner.param_groups]
-    local_params = [[inner_params[g][i] for i in pos] for g, pos in enumerate(w.local)]
+    # the params `inner` steps, in its order (whole tensors under a Gathered view); w.local maps them to start
+    local_params = [group["params"] for group in w.inner.param_groups]
     local_start = [[start[g][i] for i in pos] for g, pos in enumerate(w.local)]
     _construction_checks(res, target, w.inner, local_params, local_start, hp, label)
     _materialized(res, w.inner, w.inner, label)
