@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from oracle.compare import scenarios as S
-from oracle.compare.dist_wrappers import WRAPPERS, Holder
+from oracle.compare.dist_wrappers import WRAPPERS, Gathered, Holder
 from oracle.compare.registry import find, load_impl
 from oracle.compare.scenarios import wrapped_worker as W
 
@@ -70,3 +70,73 @@ def test_zero_redundancy_catches_an_empty_group_without_counter():
                                            "cpu", 0, worlds=(2,))
     assert r.status == "fail"
     assert any("group 1 step" in f.tensor for f in r.checks["counters"].findings)
+
+
+def test_gathered_view_of_a_plain_optimizer_is_the_optimizer():
+    # without DTensors, full() is the identity: the view reads the same tensors and state
+    model = Holder([[torch.tensor([1.0, -2.0])], [torch.tensor([3.0])]])
+    opt = torch.optim.Adam([{"params": ps} for ps in model.param_groups()], lr=0.1)
+    model([[torch.tensor([0.5, 0.25])], [torch.tensor([1.0])]]).backward()
+    opt.step()
+    view = Gathered(opt)
+    groups = view.param_groups
+    assert [len(g["params"]) for g in groups] == [1, 1]
+    p = groups[0]["params"][0]
+    assert torch.equal(p, model.param_groups()[0][0].detach())
+    st = view.state[p]
+    assert float(st["step"]) == 1.0 and torch.equal(st["exp_avg"], opt.state[model.param_groups()[0][0]]["exp_avg"])
+    assert len(view.state) == 2
+    with pytest.raises(KeyError):
+        view.state[torch.zeros(2)]  # only the params of the last param_groups read are keys
+
+
+def test_fsdp2_wrappers_shard_a_param_with_fewer_rows_than_ranks():
+    # at world 4, dim-0 sharding leaves ranks without rows: (3, 2), (2, 2) and (3,) at least
+    rows = [s[0] for ss in W.SHAPES for s in ss]
+    assert any(r < 4 for r in rows) and any(r % 4 for r in rows)
+    assert {"fsdp2", "fsdp2_layers", "fsdp2_bf16", "dcp_reshard"} <= set(WRAPPERS)
+
+
+def _fails_only(r, known):
+    """Every check passed but `known` (a defect with a known.toml entry), which failed."""
+    bad = {n for n, c in r.checks.items() if not c.passed}
+    assert bad == set(known), (r.reason, _failed(r))
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("ranks")
+def test_fsdp2_per_layer_uneven_shards_reshard_and_the_fake_step():
+    r = S.SCENARIOS["fsdp2_layers"].run(find("torch.adamw.forloop"), "cpu", 0, worlds=(2, 4))
+    # get_optimizer_state_dict before any step leaves counters at 1 (pytorch#164929)
+    _fails_only(r, {"checkpoint_init"})
+    assert any("step" in f.tensor and f.got == 1.0 for f in r.checks["checkpoint_init"].findings)
+    assert "[3, 0, 0, 0, 0, 0]" in r.checks["lockstep"].note  # rank 3 of 4 holds no row of five params
+    assert r.checks["counters"].compared > 0 and r.checks["lockstep"].compared > 0
+    assert r.checks["reshard"].compared > 0  # the 4 -> 2 continuation, bit for bit
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("ranks")
+def test_fsdp2_bf16_compute_steps_the_fp32_masters_on_fp32_grads():
+    r = S.SCENARIOS["fsdp2_bf16"].run(find("torch.adam.foreach"), "cpu", 0, worlds=(2,))
+    _fails_only(r, {"checkpoint_init"})
+    assert r.checks["allreduce"].compared > 0  # the reduced grads equal the exact mean
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("ranks")
+def test_dcp_sharded_checkpoint_reshards_both_ways():
+    r = S.SCENARIOS["dcp_reshard"].run(find("torch.sgd.forloop"), "cpu", 0, worlds=(2, 4))
+    _fails_only(r, {"checkpoint_init"})  # SGD: the fake step leaves wd * p in the momentum buffers
+    assert r.checks["reshard"].compared > 0 and r.checks["reshard"].passed  # 4 -> 2 and 2 -> 4
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("ranks")
+def test_fsdp2_catches_a_group_skipped_where_its_shards_are_empty():
+    """A group whose params have no rows on a rank never counts there: only world 4 shows it."""
+    r = S.SCENARIOS["fsdp2"].run(load_impl("tests.broken.scenario_mutants:EmptyShardGroupNoCounter"),
+                                 "cpu", 0, worlds=(4,))
+    assert r.status == "fail"
+    assert any("rank 3 group 1 step" in f.tensor for f in r.checks["counters"].findings)
+    assert not any("rank 0 " in f.tensor for f in r.checks["counters"].findings)  # rank 0 holds rows of all

@@ -60,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", action="append", metavar="NAME",
                    help="scenarios to run (repeatable): rank_skew, construction, checkpoint, grad_scaling, "
                         "irregular, long_horizon, inputs_unchanged, lr_schedule, ddp_bucket_view, zero_redundancy, "
-                        "all, or none. Default: all of them after the "
+                        "fsdp2, fsdp2_layers, fsdp2_bf16, dcp_reshard, all, or none. Default: all of them after the "
                         "case matrix; naming scenarios runs only those (add --case to keep matrix cases)")
     p.add_argument("--list", action="store_true", help="list the selected targets and cases, run nothing")
     p.add_argument("--report-dir", default=os.path.join("reports", "latest"),

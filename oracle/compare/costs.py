@@ -137,4 +137,16 @@ COSTS = {
     ('torch.adamw.fused', 'scenario:irregular'): 0.157,
     ('torch.adamw.fused', 'scenario:long_horizon'): 0.149,
     ('torch.adamw.fused', 'scenario:rank_skew'): 1.307,
+    # the FSDP2 / torch.distributed.checkpoint scenarios, measured by hand from the committed
+    # reports/wrappers/{fsdp2,dcp_reshard} runs (--jobs 1, two sweeps side by side, load average about 15: slower than the rest)
+    ('torch.adamw.forloop', 'scenario:fsdp2'): 253.4,
+    ('torch.adamw.forloop', 'scenario:fsdp2_layers'): 277.8,
+    ('torch.adamw.forloop', 'scenario:fsdp2_bf16'): 147.7,
+    ('torch.adamw.fused', 'scenario:fsdp2'): 140.9,
+    ('torch.adamw.fused', 'scenario:fsdp2_layers'): 157.0,
+    ('torch.adamw.fused', 'scenario:fsdp2_bf16'): 69.6,
+    ('torch.adagrad.forloop', 'scenario:dcp_reshard'): 406.4,
+    ('torch.adam.forloop', 'scenario:dcp_reshard'): 268.5,
+    ('torch.adamw.forloop', 'scenario:dcp_reshard'): 178.4,
+    ('torch.sgd.forloop', 'scenario:dcp_reshard'): 152.7,
 }

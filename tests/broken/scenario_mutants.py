@@ -26,6 +26,7 @@ class GroupAdamW(torch.optim.Optimizer):
     write_to_copy = False              # update a p.contiguous() copy
     grad_as_workspace = False          # the update is written into p.grad
     float32_counter = False            # counter kept as a float32 tensor
+    stale_counter_on_empty_shards = False  # TE #1986's counter skip, judged on this rank's shards
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
@@ -45,7 +46,10 @@ class GroupAdamW(torch.optim.Optimizer):
         for group in self.param_groups:
             if self.skip_empty_before_counter and not group["params"]:
                 continue
-            t = self._advance(group)
+            if self.stale_counter_on_empty_shards and not any(_local(p).numel() for p in group["params"]):
+                t = (group.get("step") or 0) + 1  # the (empty) update is formed, the counter not stored
+            else:
+                t = self._advance(group)
             b1, b2 = group["betas"]
             lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
             bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
@@ -78,6 +82,20 @@ class GroupAdamW(torch.optim.Optimizer):
             for key, val in saved.items():
                 if isinstance(val, torch.Tensor) and val.is_floating_point():
                     self.state[p][key] = val.to(device=p.device).clone()
+
+
+def _local(p):
+    """This rank's shard of a DTensor param (the tensor itself otherwise)."""
+    return p.to_local() if hasattr(p, "to_local") else p
+
+
+class EmptyShardGroupNoCounter(GroupAdamW):
+    """The counter skip of TE #1986 under FSDP2: where all of a group's params
+    have empty shards on this rank (fewer rows than ranks), the counter advance
+    is skipped, as a kernel guarded by "any local elements?" would. The state
+    stays the same on every rank (so collectives still match); only the counter
+    that rank holds, and saves, falls behind."""
+    stale_counter_on_empty_shards = True
 
 
 class EmptyGroupNoCounter(GroupAdamW):

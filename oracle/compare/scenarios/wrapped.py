@@ -27,12 +27,14 @@ def run_wrapped(target, device="cpu", seed=0, wrapper="ddp_bucket_view", worlds=
     """A torch distributed wrapper around the target's optimizer (gloo, worlds 1, 2, 4).
 
     Checks on every rank: construction (nothing changes before the first
-    step), lockstep + counters (the optimizer holding the rank's state
+    step), checkpoint_init (taking the wrapper's checkpoint state dict before
+    the first step, on a fresh setup, changes nothing), lockstep + counters (the optimizer holding the rank's state
     against the oracle, on the grads the wrapper produced), allreduce (the
     data-parallel grad is the exact mean of the global batch), sync (all
     ranks hold the same full params after each step) and reshard (state
     saved whole at one world size, continued at another, equals the
-    uninterrupted run bit for bit, counters included)."""
+    uninterrupted run bit for bit, counters included). Sharded (FSDP2)
+    params, grads and state are read whole (DTensor.full_tensor)."""
     t0 = time.perf_counter()
     spec = WRAPPERS[wrapper]
     worlds = tuple(worlds or spec.worlds)
@@ -55,7 +57,7 @@ def run_wrapped(target, device="cpu", seed=0, wrapper="ddp_bucket_view", worlds=
                 return _error(result, f"world {world}: {err}", t0)
         for src, dst in pairs:
             err = _launch(target, spec, checks, tmp, dst, {"mode": "resume", "src_world": src,
-                                                          "ckpt": os.path.join(tmp, f"ckpt_w{src}.pt"),
+                                                          "ckpt": os.path.join(tmp, f"ckpt_w{src}"),
                                                           "final": os.path.join(tmp, f"final_w{src}.pt")},
                           seed, hp, timeout, label=f"world {src}->{dst}")
             if err:
@@ -69,7 +71,7 @@ def _launch(target, spec, checks, tmp, world, extra, seed, hp, timeout, label=No
     out = os.path.join(tmp, f"{extra['mode']}_w{world}_{extra.get('src_world', '')}")
     os.makedirs(out)
     job = {"seed": seed, "hparams": hp, "steps": WRAPPED_STEPS, "device": "cpu", "out": out,
-           "ckpt_out": os.path.join(tmp, f"ckpt_w{world}.pt"), "final_out": os.path.join(tmp, f"final_w{world}.pt"),
+           "ckpt_out": os.path.join(tmp, f"ckpt_w{world}"), "final_out": os.path.join(tmp, f"final_w{world}.pt"),
            **extra}
     env = ranks.rank_env(world)
     per_rank, err = ranks.fork(wrapped_worker.forked, lambda rank: (job, rank, world, target, spec, env), world, out,

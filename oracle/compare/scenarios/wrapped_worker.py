@@ -8,12 +8,19 @@ float32 for W in {1, 2, 4}, so the grad every rank sees is the same for every
 world size (the continuation of a checkpoint at another world size can equal
 the uninterrupted run bit for bit) and equals the float64 mean exactly.
 
-mode "run" (world W): construct (check: nothing changed), K steps in
-lockstep with the oracle, save the whole optimizer state, E more steps,
-save the final state. mode "resume" (world W'): load the state saved at
-step K by a run at another world size, E steps in lockstep, then the final
-state must equal that run's final state bit for bit. Results go to
-<out>/rank<r>.pkl as {check: CheckResult}.
+mode "run" (world W): construct (check: nothing changed; on a second,
+fresh setup, taking the wrapper's checkpoint state dict before any step
+changes nothing either), K steps in lockstep with the oracle, save a
+checkpoint the wrapper's way (DistWrapper: one whole-state file, or
+torch.distributed.checkpoint shards), E more steps, save the final state.
+mode "resume" (world W'): restore the checkpoint saved at step K by a run at
+another world size, E steps in lockstep, then the final state must equal
+that run's final state bit for bit. Results go to <out>/rank<r>.pkl as
+{check: CheckResult}.
+
+Under FSDP2 params, grads and optimizer state are DTensor shards: every
+check reads their full tensors (dist_wrappers.full, a collective, so every
+rank reads the same tensors in the same order).
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ import torch.distributed as dist
 
 from ..bitwise import compare_bits
 from ..checks import CheckResult, Finding, same_bits
+from ..dist_wrappers import full
 from ..lockstep import Lockstep
 from .common import rng, tensor, values
 
@@ -78,16 +86,19 @@ def run_rank(job: dict, rank: int, world: int, target, wrapper) -> None:
     from ..dist_wrappers import Holder
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     seed, hp, (K, E), device = job["seed"], job["hparams"], job["steps"], job["device"]
-    checks = {n: CheckResult(n) for n in ("construction", "lockstep", "counters", "allreduce", "sync", "reshard")}
+    checks = {n: CheckResult(n) for n in ("construction", "checkpoint_init", "lockstep", "counters", "allreduce",
+                                          "sync", "reshard")}
     label = f"rank {rank} "
     resume = job["mode"] == "resume"
-    ckpt = torch.load(job["ckpt"], weights_only=True) if resume else None
-    start = [[t.clone() for t in ts] for ts in ckpt["params"]] if resume else initial(seed, device)
+    saved = torch.load(os.path.join(job["ckpt"], "params.pt"), weights_only=True) if resume else None
+    start = [[t.clone() for t in ts] for ts in saved] if resume else initial(seed, device)
+    if not resume:
+        _checkpoint_init(checks["checkpoint_init"], target, wrapper.build(target, Holder(start), hp), start, label)
     w = wrapper.build(target, Holder(start), hp)
     if not resume:
         _construction(checks["construction"], target, w, start, hp, label)
     else:
-        w.load(ckpt["opt"])
+        w.restore(job["ckpt"])
     ls = Lockstep(target, w.opt, hp, checks["lockstep"], checks["counters"], label, inner=w.inner)
     if resume:
         ls.set_counters(K)
@@ -100,26 +111,39 @@ def run_rank(job: dict, rank: int, world: int, target, wrapper) -> None:
         _check_sync(checks["sync"], w, k, world, label)
         if k == K and not resume:
             _save(w, job["ckpt_out"], rank)
-    layout = [None] * world
+    layout, held = [None] * world, [None] * world
     dist.all_gather_object(layout, [len(ps) for ps in w.local])
-    checks["lockstep"].note = f"params per group stepped by each rank: {layout}; grads: {_storages(w)}"
+    dist.all_gather_object(held, [_local(p).numel() for ps in w.params for p in ps])
+    checks["lockstep"].note = (f"params per group stepped by each rank: {layout}; elements of each param held "
+                               f"by each rank: {held}; grads: {_storages(w)}")
     final = w.full_state_dict()
+    params = _full_params(w)
     if resume and rank == 0:
         ref = torch.load(job["final"], weights_only=True)
-        compare_bits(checks["reshard"], K + E, _bits(ref["opt"], ref["params"]), _bits(final, w.params),
+        compare_bits(checks["reshard"], K + E, _bits(ref["opt"], ref["params"]), _bits(final, params),
                      f"saved at step {K} at world {job['src_world']}, continued at world {world}; "
                      f"against the uninterrupted world-{job['src_world']} run")
     elif not resume and rank == 0:
-        torch.save({"opt": final, "params": [[p.detach().clone() for p in ps] for ps in w.params]}, job["final_out"])
+        torch.save({"opt": final, "params": params}, job["final_out"])
     with open(os.path.join(job["out"], f"rank{rank}.pkl"), "wb") as fh:
         pickle.dump({k: v for k, v in checks.items() if v.compared or not v.passed or v.note}, fh)
     dist.barrier()
     dist.destroy_process_group()
 
 
+def _local(t):
+    """This rank's part of a tensor (its shard under FSDP2)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _full_params(w) -> list:
+    """Collective: the whole params, per group (detached copies)."""
+    return [[full(p.detach()).clone() for p in ps] for ps in w.params]
+
+
 def _storages(w) -> str:
-    """How the grads are laid out after a backward: distinct storages and views at an offset."""
-    grads = [p.grad for ps in w.params for p in ps if p.grad is not None]
+    """How this rank's grads are laid out after a backward: distinct storages and views at an offset."""
+    grads = [_local(p.grad) for ps in w.params for p in ps if p.grad is not None]
     if not grads:
         return "no grads yet"
     storages = {g.untyped_storage().data_ptr() for g in grads}
@@ -130,16 +154,50 @@ def _storages(w) -> str:
 def _construction(res: CheckResult, target, w, start, hp, label) -> None:
     """Building the wrapper changed no param and created no counter or moment."""
     from .construction import _construction_checks, _materialized
-    for g, ps in enumerate(w.params):
+    for g, ps in enumerate(_full_params(w)):
         for i, p in enumerate(ps):
             res.compared += 1
-            if not same_bits(p.detach(), start[g][i]):
+            if not same_bits(p, start[g][i]):
                 res.fail(Finding(res.check, 0, f"{label}group {g} param {i} param", expected="unchanged",
                                  got="changed", detail="changed by the wrapper's construction"))
-    local_params = [[w.params[g][i] for i in pos] for g, pos in enumerate(w.local)]
+    # the params `inner` steps, in its order (whole tensors under a Gathered view); w.local maps them to start
+    local_params = [group["params"] for group in w.inner.param_groups]
     local_start = [[start[g][i] for i in pos] for g, pos in enumerate(w.local)]
     _construction_checks(res, target, w.inner, local_params, local_start, hp, label)
     _materialized(res, w.inner, w.inner, label)
+
+
+def _checkpoint_init(res: CheckResult, target, w, start, label) -> None:
+    """Taking the wrapper's checkpoint state dict before the first step (a
+    checkpoint at step 0) changes nothing: no param, no counter, no state
+    entry beyond the optimizer's eager ones. `w` is a fresh setup, dropped after."""
+    import oracle
+    w.checkpoint_state()
+    eager = set(oracle.SPECS[target.optimizer].eager_state)
+    for g, ps in enumerate(_full_params(w)):
+        for i, p in enumerate(ps):
+            res.compared += 1
+            if not same_bits(p, start[g][i]):
+                res.fail(Finding(res.check, 0, f"{label}group {g} param {i} param", expected="unchanged",
+                                 got="changed", detail="changed by the checkpoint state dict before any step"))
+    for g, group in enumerate(w.inner.param_groups):
+        res.compared += 1
+        if group.get("step") not in (None, 0):
+            res.fail(Finding(res.check, 0, f"{label}group {g} step", expected="0 or absent", got=group["step"],
+                             detail="counter advanced by the checkpoint state dict before any step"))
+        for i, p in enumerate(group["params"]):
+            for key, val in w.inner.state.get(p, {}).items():
+                res.compared += 1
+                if key == "step" and float(val) != 0:
+                    res.fail(Finding(res.check, 0, f"{label}group {g} param {i} step", expected="0 or absent",
+                                     got=float(val), detail="counter advanced by the checkpoint state dict "
+                                                            "before any step (a fake zero-lr step)"))
+                elif (key not in ("step", *eager) and isinstance(val, torch.Tensor) and val.is_floating_point()
+                      and val.numel() and bool(val.any())):
+                    # zero moments are what the first step would start from; values are not
+                    res.fail(Finding(res.check, 0, f"{label}group {g} param {i} {key}", expected="absent or zeros",
+                                     got=float(val.flatten()[val.flatten() != 0][0]),
+                                     detail="state given values by the checkpoint state dict before any step"))
 
 
 def _backward(w, seed, k, rank, world) -> None:
@@ -158,7 +216,7 @@ def _check_grads(res: CheckResult, w, seed, k, label) -> list:
     for g, ps in enumerate(w.params):
         row = []
         for i, p in enumerate(ps):
-            got = p.grad.detach().double().numpy().copy()
+            got = full(p.grad.detach()).double().numpy().copy()
             res.compared += got.size
             if not np.array_equal(got, want[g][i]):
                 j = int(np.flatnonzero(got.ravel() != want[g][i].ravel())[0])
@@ -173,18 +231,23 @@ def _check_sync(res: CheckResult, w, k, world, label) -> None:
     """After the step every rank holds the same full params (rank 0's, bit for bit)."""
     for g, ps in enumerate(w.params):
         for i, p in enumerate(ps):
-            ref = p.detach().clone()
+            mine = full(p.detach())
+            ref = mine.clone()
             dist.broadcast(ref, src=0)
             res.compared += 1
-            if not same_bits(p.detach(), ref):
+            if not same_bits(mine, ref):
                 res.fail(Finding(res.check, k, f"{label}group {g} param {i} param", expected="rank 0's value",
                                  got="differs", detail=f"ranks disagree after the step (world {world})"))
 
 
-def _save(w, path, rank) -> None:
-    full = w.full_state_dict()
+def _save(w, folder, rank) -> None:
+    """Collective: the params whole (rank 0, what the resumed run is built from) and the wrapper's checkpoint."""
+    params = _full_params(w)
+    os.makedirs(folder, exist_ok=True)
     if rank == 0:
-        torch.save({"opt": full, "params": [[p.detach().clone() for p in ps] for ps in w.params]}, path)
+        torch.save(params, os.path.join(folder, "params.pt"))
+    dist.barrier()
+    w.save(folder)
     dist.barrier()
 
 
