@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from ..checks import CheckResult, Finding
 from ..lockstep import Lockstep
 from ..run import set_grads
@@ -47,8 +49,12 @@ def run_lr_schedule(target, device="cpu", seed=0):
     for k in range(1, LR_STEPS + 1):
         if k in SCHEDULE:
             for g, group in enumerate(opt.param_groups):
-                group["lr"] = base["lr"] * SCHEDULE[k]
-                ls.hparams[g] = {**ls.hparams[g], "lr": group["lr"]}
+                new = base["lr"] * SCHEDULE[k]
+                if isinstance(group["lr"], torch.Tensor):
+                    group["lr"].fill_(new)  # a tensor lr (torchao, capturable paths) is changed in place
+                else:
+                    group["lr"] = new
+                ls.hparams[g] = {**ls.hparams[g], "lr": new}
         grads = [[grad_values(seed, ("lr_schedule", g, i), k, s, "float32") for i, s in enumerate(ss)]
                  for g, ss in enumerate(shapes)]
         set_grads(params, grads)
