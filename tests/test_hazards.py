@@ -174,3 +174,30 @@ def test_report_md_one_line_per_lost_constant_with_every_targets_effect():
     assert "applied 0 to 0.25 of the oracle's weight decay over 20 steps" in decay[0]
     # beta2 = 0.999 rounds to 1 in bfloat16 too: its own line, and nothing is folded
     assert any("beta2 = 0.999 rounds to 1" in ln for ln in lines) and not any("more constant(s)" in ln for ln in lines)
+
+
+def _float64_control_results():
+    """Float64AdamW (float64 math, one rounding on store, declared as float32 math) on the library
+    defaults in every dtype (where the hazards are) and the scenarios that hold guarded buffers."""
+    from oracle.compare.driver import jobs_for, rows, run_job
+    from oracle.mutants import target_for
+    from oracle.mutants.base import Float64AdamW
+    target = target_for(Float64AdamW)
+    jobs = jobs_for(target, ("float32", "bfloat16", "float16"), 20, [0], "*/defaults/*", (), matrix=True)
+    jobs += jobs_for(target, (), 20, [0], None, ("inputs_unchanged", "irregular"), matrix=False)
+    return [r for _, job, _ in jobs for r in rows(run_job(target, job.name, 0, 20, "cpu", teach=False))]
+
+
+def test_float64_internal_control_passes_every_check():
+    results = _float64_control_results()
+    checks = {name for r in results for name in r.checks}
+    assert {"lockstep", "finite", "bounds", "trajectory"} <= checks
+    assert {"float32", "bfloat16", "float16"} <= {r.dtype for r in results if r.case.startswith("adamw/")}
+    for name in ("finite", "bounds"):
+        assert sum(r.checks[name].compared for r in results if name in r.checks) > 0, name
+    for r in results:
+        failing = {name: c.findings[:1] or c.note for name, c in r.checks.items() if not c.passed}
+        assert r.status == "pass" and not failing, (r.case, r.reason, failing)
+    # the declared float32 math has hazards (1 - lr*wd keeps 8 of 24 bits): reported, failing nothing
+    hazards = [h for r in results for h in r.hazards]
+    assert any(h["quantity"] == "1 - lr*wd" and h["compute"] == "float32" for h in hazards)
