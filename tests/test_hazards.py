@@ -117,3 +117,87 @@ def test_guard_sees_a_write_into_a_gap_and_a_changed_input():
         view[2] = 3.0
     guard.check_view(res2, 1, before)
     assert not res2.passed and res2.findings[0].index == (2,) and res2.findings[0].got == 3.0
+
+
+def test_relative_error_of_a_constant_near_one_by_hand():
+    # float32 spacing just below 1 is 2^-24; 1e-5 = 167.77 of them, held as 168: 1 - lr*wd is 168 * 2^-24
+    found = _by_name(H.analyze("adamw", [{"lr": 1e-3, "weight_decay": 1e-2}], TORCH_ADAMW, "float32", 20))
+    h = found["1 - lr*wd"]
+    assert h.kind == "loses more than half its bits" and not h.changes_results
+    assert 1.0 - h.stored == 168 * 2.0 ** -24
+    # 1 - lr*wd is itself a float64 sum, within 2^-53 of 1 - 1e-5: about 1e-11 relative to 1e-5
+    assert h.relative_error == pytest.approx(168 * 2.0 ** -24 / 1e-5 - 1, abs=1e-10)
+    assert "off by 0.14%" in h.consequence and "8 of 24 bits kept" in h.consequence
+    # a constant that rounds away has lost all of it
+    assert _by_name(H.analyze("adamw", [{"lr": 1e-3, "weight_decay": 1e-2}], TORCH_ADAMW, "bfloat16",
+                              20))["1 - lr*wd"].relative_error == 1.0
+
+
+def _results(targets, dtype, compute, hparams, effect=None):
+    """Result dicts as report.json holds them: one case per target, its hazards in `compute`."""
+    rows = []
+    for t in targets:
+        hz = [h.as_dict() for h in H.analyze("adamw", [hparams], TORCH_ADAMW, compute, 20)]
+        for h in hz:
+            if effect is not None and h["changes_results"]:
+                h["effect"] = {"of": "weight decay", "steps": 20, "fraction": effect[t]}
+        rows.append({"target": t, "optimizer": "adamw", "dtype": dtype, "case": f"adamw/{dtype}/defaults/single/x",
+                     "hazards": hz})
+    return rows
+
+
+def _md_hazard_lines(results):
+    from oracle.compare.report import markdown
+    from oracle.compare.summary import jsonable
+    doc = {"created": "now", "complete": True, "versions": {}, "argv": [], "summary": [], "results": [],
+           "hazards": jsonable(H.summarize(results))}
+    md = markdown(doc)
+    section = md[md.index("## Precision hazards"):].split("\n## ")[0]
+    return [ln for ln in section.splitlines() if ln.startswith("- ")]
+
+
+def test_report_md_folds_small_precision_losses_across_targets():
+    defaults = {"lr": 1e-3, "weight_decay": 1e-2, "betas": (0.9, 0.999), "eps": 1e-8}
+    names = [f"path{i}" for i in range(6)]
+    results = _results(names, "fp32", "float32", defaults)
+    assert len(H.summarize(results)) == 6  # one entry per target in report.json
+    lines = _md_hazard_lines(results)
+    assert len(lines) == 1 and "1 more constant(s) in 6 target(s)" in lines[0] and "off by 0.14%" in lines[0]
+
+
+def test_report_md_one_line_per_lost_constant_with_every_targets_effect():
+    defaults = {"lr": 1e-3, "weight_decay": 1e-2, "betas": (0.9, 0.999), "eps": 1e-8}
+    results = _results(["a", "b"], "bf16", "bfloat16", defaults, effect={"a": 0.0, "b": 0.25})
+    lines = _md_hazard_lines(results)
+    decay = [ln for ln in lines if "1 - lr*wd = 0.99999 rounds to 1 in bfloat16" in ln]
+    assert len(decay) == 1 and "2 target(s): a, b" in decay[0]
+    assert "applied 0 to 0.25 of the oracle's weight decay over 20 steps" in decay[0]
+    # beta2 = 0.999 rounds to 1 in bfloat16 too: its own line, and nothing is folded
+    assert any("beta2 = 0.999 rounds to 1" in ln for ln in lines) and not any("more constant(s)" in ln for ln in lines)
+
+
+def _float64_control_results():
+    """Float64AdamW (float64 math, one rounding on store, declared as float32 math) on the library
+    defaults in every dtype (where the hazards are) and the scenarios that hold guarded buffers."""
+    from oracle.compare.driver import jobs_for, rows, run_job
+    from oracle.mutants import target_for
+    from oracle.mutants.base import Float64AdamW
+    target = target_for(Float64AdamW)
+    jobs = jobs_for(target, ("float32", "bfloat16", "float16"), 20, [0], "*/defaults/*", (), matrix=True)
+    jobs += jobs_for(target, (), 20, [0], None, ("inputs_unchanged", "irregular"), matrix=False)
+    return [r for _, job, _ in jobs for r in rows(run_job(target, job.name, 0, 20, "cpu", teach=False))]
+
+
+def test_float64_internal_control_passes_every_check():
+    results = _float64_control_results()
+    checks = {name for r in results for name in r.checks}
+    assert {"lockstep", "finite", "bounds", "trajectory"} <= checks
+    assert {"float32", "bfloat16", "float16"} <= {r.dtype for r in results if r.case.startswith("adamw/")}
+    for name in ("finite", "bounds"):
+        assert sum(r.checks[name].compared for r in results if name in r.checks) > 0, name
+    for r in results:
+        failing = {name: c.findings[:1] or c.note for name, c in r.checks.items() if not c.passed}
+        assert r.status == "pass" and not failing, (r.case, r.reason, failing)
+    # the declared float32 math has hazards (1 - lr*wd keeps 8 of 24 bits): reported, failing nothing
+    hazards = [h for r in results for h in r.hazards]
+    assert any(h["quantity"] == "1 - lr*wd" and h["compute"] == "float32" for h in hazards)

@@ -50,6 +50,7 @@ class Hazard:
     consequence: str
     affects: str
     changes_results: bool
+    relative_error: float
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -65,6 +66,13 @@ def significand_bits(x: float, dtype: str) -> int:
 def complement_bits(x: float, dtype: str) -> float:
     """Bits of 1 - x the format keeps when it holds x (x near 1): log2 of (1 - x) in ULPs at x."""
     return math.log2(abs(1.0 - x) / float(quantum(x, dtype))) + 1.0
+
+
+def relative_error(value: float, stored: float, form: str) -> float:
+    """How far off the quantity that carries the constant is when the kernel holds `stored` for
+    `value`: |x' - x| / |x| for a magnitude, of 1 - x for a complement (1 = all of it lost)."""
+    want, got = (1.0 - value, 1.0 - stored) if form == "complement" else (value, stored)
+    return abs(got - want) / abs(want)
 
 
 def classify(q: Quantity, dtype: str) -> tuple[str, float] | None:
@@ -128,12 +136,13 @@ def consequence(q: Quantity, kind: str, stored: float, compute: str) -> str:
     if kind != KINDS[2]:
         return f"{q.lost}: {q.name} = {q.value:.8g} {kind} in {compute}"
     p = FORMATS[canonical(compute)][0]
+    off = f"off by {relative_error(q.value, stored, q.form):.2%}"
     if q.form == "complement":
-        bits = complement_bits(q.value, compute)
-        return (f"{q.name} = {q.value:.8g} is held as {stored:.8g} in {compute}: 1 - {q.name} = {1 - stored:.4g} "
-                f"instead of {1 - q.value:.4g} ({bits:.0f} of {p} bits)")
+        bits = max(0.0, complement_bits(q.value, compute))
+        return (f"{q.name} = {q.value:.8g} is held as {stored:.8g} in {compute}: its distance from 1 is "
+                f"{1 - stored:.5g} instead of {1 - q.value:.5g} ({bits:.0f} of {p} bits kept, {off})")
     return (f"{q.name} = {q.value:.4g} is a {compute} subnormal held as {stored:.4g} "
-            f"({significand_bits(q.value, compute)} of {p} bits)")
+            f"({significand_bits(q.value, compute)} of {p} bits kept, {off})")
 
 
 def analyze(optimizer: str, group_hparams: list[dict], convention, compute: str, steps: int) -> list[Hazard]:
@@ -147,7 +156,7 @@ def analyze(optimizer: str, group_hparams: list[dict], convention, compute: str,
                 continue
             kind, stored = hit
             found[q.name] = Hazard(q.name, q.value, stored, compute, kind, consequence(q, kind, stored, compute),
-                                   q.affects, kind != KINDS[2])
+                                   q.affects, kind != KINDS[2], relative_error(q.value, stored, q.form))
     return list(found.values())
 
 
@@ -233,6 +242,8 @@ def summarize(results) -> list[dict]:
                                         "compute": h["compute"], "quantity": h["quantity"], "value": h["value"],
                                         "stored": h["stored"], "kind": h["kind"], "consequence": h["consequence"],
                                         "changes_results": h["changes_results"], "cases": [], "effects": []})
+            if "relative_error" in h:
+                row["relative_error"] = h["relative_error"]
             row["cases"].append(get("case"))
             if "effect" in h:
                 row["effects"].append({"case": get("case"), **h["effect"]})
@@ -245,18 +256,75 @@ def entries(doc: dict) -> list[dict]:
     return doc["hazards"] if "hazards" in doc else jsonable(summarize(doc["results"]))
 
 
-def line(h: dict) -> str:
-    """One line of report.md / report.html for a `hazards` entry."""
-    fractions = [e["fraction"] for e in h["effects"]
+def _effect_text(effects: list[dict]) -> str:
+    """The measured effects' range ("" when none was measured)."""
+    if not effects:
+        return ""
+    fractions = [e["fraction"] for e in effects
                  if isinstance(e.get("fraction"), (int, float)) and math.isfinite(e["fraction"])]
-    effect = ""
-    if h["effects"]:
-        e = h["effects"][0]
-        shown = "non-finite" if not fractions else f"{min(fractions):.3g}" + (
-            f" to {max(fractions):.3g}" if max(fractions) != min(fractions) else "")
-        effect = f"; measured: applied {shown} of the oracle's {e['of']} over {e['steps']} steps"
+    shown = "non-finite" if not fractions else f"{min(fractions):.3g}" + (
+        f" to {max(fractions):.3g}" if max(fractions) != min(fractions) else "")
+    return f"; measured: applied {shown} of the oracle's {effects[0]['of']} over {effects[0]['steps']} steps"
+
+
+def line(h: dict) -> str:
+    """One line of report.html for a `hazards` entry (one target, one dtype)."""
     return (f"{h['target']} {h['dtype']} (computes in {h['compute']}): {h['consequence']} "
-            f"[{len(h['cases'])} case(s), e.g. `{h['cases'][0]}`]{effect}")
+            f"[{len(h['cases'])} case(s), e.g. `{h['cases'][0]}`]{_effect_text(h['effects'])}")
 
 
-__all__ = ["Hazard", "KINDS", "Quantity", "analyze", "case_hazards", "classify", "line", "measure", "summarize"]
+def _add(seq: list, items) -> None:
+    seq.extend(x for x in items if x not in seq)
+
+
+def grouped(rows: list[dict]) -> list[dict]:
+    """`hazards` entries that say the same thing (optimizer, compute format, quantity, kind, value)
+    merged across targets and dtypes, so that a constant every path holds the same way is one line,
+    not one per target. Hazards that change results come first, then the larger losses of precision."""
+    groups: dict[tuple, dict] = {}
+    same = ("optimizer", "compute", "quantity", "kind", "consequence", "value", "stored", "changes_results")
+    for h in rows:
+        # the consequence holds value and stored to 8 digits: float32-held hyperparameters (lr*wd of
+        # float32 lr and wd) differ from float64 ones in the last bits and still say the same thing
+        key = tuple(h[k] for k in same[:5])
+        g = groups.setdefault(key, {**{k: h[k] for k in same}, "relative_error": h.get("relative_error"),
+                                    "targets": [], "dtypes": [], "cases": [], "effects": []})
+        _add(g["targets"], [h["target"]])
+        _add(g["dtypes"], [h["dtype"]])
+        _add(g["cases"], h["cases"])
+        g["effects"] += [{"target": h["target"], **e} for e in h["effects"]]
+    return sorted(groups.values(), key=lambda g: (not g["changes_results"], -(g["relative_error"] or 0.0)))
+
+
+# A loss of precision that moves the constant by less than this is folded into one line of report.md:
+# the lockstep bounds already hold the constant as the target does, so it fails nothing, and a decay
+# rate or step size 0.1% off (1 - 1e-5 in float32) is far below what a reader would act on.
+NOTICEABLE = 0.01
+
+
+def noticeable(g: dict) -> bool:
+    """Changes results, or moves the constant by NOTICEABLE or more (unknown counts as noticeable)."""
+    error = g.get("relative_error")
+    return g["changes_results"] or error is None or error >= NOTICEABLE
+
+
+def folded_line(small: list[dict]) -> str:
+    """report.md's one line for the `grouped` hazards that are not `noticeable`."""
+    worst = max(small, key=lambda g: g["relative_error"])
+    targets = {t for g in small for t in g["targets"]}
+    return (f"{len(small)} more constant(s) in {len(targets)} target(s) keep fewer than half their bits but move by "
+            f"less than {NOTICEABLE:.0%} (largest: {worst['quantity']} = {worst['value']:.8g} in {worst['compute']}, "
+            f"off by {worst['relative_error']:.2%}); listed in report.html")
+
+
+def group_line(g: dict, shown: int = 3) -> str:
+    """One line of report.md for a `grouped` hazard: what is lost, where, and its measured effect."""
+    names = ", ".join(g["targets"][:shown]) + (f" and {len(g['targets']) - shown} more" if len(g["targets"]) > shown
+                                               else "")
+    return (f"{g['optimizer']} {'/'.join(g['dtypes'])} params computed in {g['compute']}: {g['consequence']} "
+            f"[{len(g['targets'])} target(s): {names}; {len(g['cases'])} case(s), e.g. `{g['cases'][0]}`]"
+            f"{_effect_text(g['effects'])}")
+
+
+__all__ = ["Hazard", "KINDS", "NOTICEABLE", "Quantity", "analyze", "case_hazards", "classify", "group_line", "grouped", "line", "measure",
+           "noticeable", "folded_line", "relative_error", "summarize"]

@@ -576,13 +576,16 @@ JS = r"""
 
 def precision_hazards_html(doc: dict) -> str:
     """report.json's `hazards` section as a table: what rounds away, in which arithmetic, with what effect."""
-    from .hazards import entries as precision_hazards, line
+    from .hazards import entries as precision_hazards, group_line, grouped, line
     rows = precision_hazards(doc)
     if not rows:
         return "<p>None.</p>"
     return ("<p class='muted'>Hyperparameters and derived constants the target's compute arithmetic cannot hold; "
             "the measured effect is the fraction of the float64 oracle's weight decay or update the target "
-            "applied over the case.</p><ul>" + "".join(f"<li>{esc(line(h))}</li>" for h in rows) + "</ul>")
+            "applied over the case. One line for every target and dtype holding a constant the same way; "
+            "per target below.</p><ul>" + "".join(f"<li>{esc(group_line(g))}</li>" for g in grouped(rows))
+            + f"</ul><details><summary>Per target and dtype ({len(rows)})</summary><ul>"
+            + "".join(f"<li>{esc(line(h))}</li>" for h in rows) + "</ul></details>")
 
 
 def render(doc: dict) -> str:

@@ -98,7 +98,7 @@ def markdown(doc: dict) -> str:
     """report.md from a report document: header, summary, new failures, hazards, known entries;
     every finding, the plots, notes and tracebacks are in report.html."""
     from .explain import failure_line, first_line
-    from .hazards import entries as precision_hazards, line
+    from .hazards import entries as precision_hazards, folded_line, group_line, grouped, noticeable
     out = ["# Optimizer oracle report", "", f"- created: {doc['created']}", f"- complete: {doc['complete']}",
            f"- versions: {', '.join(f'{k} {v}' for k, v in doc['versions'].items())}",
            f"- command: `{' '.join(doc['argv'])}`", f"- result: {verdict_text(doc)}",
@@ -131,10 +131,17 @@ def markdown(doc: dict) -> str:
     out += [f"- {h}" for h in hazards(doc)] or ["None."]
     out += ["", "## Precision hazards", "",
             "Hyperparameters and derived constants the target's compute arithmetic cannot hold "
-            "(oracle.compare.hazards), with the measured effect where they change results.", ""]
-    out += [f"- {line(h)}" for h in precision_hazards(doc)[:MD_FAILURES]] or ["None."]
-    if len(precision_hazards(doc)) > MD_FAILURES:
-        out.append(f"- ... and {len(precision_hazards(doc)) - MD_FAILURES} more (see [report.html](report.html))")
+            "(oracle.compare.hazards), with the measured effect where they change results; one line for every "
+            "target and dtype holding the same constant the same way, those that change results first "
+            "(per target: report.html).", ""]
+    groups = grouped(precision_hazards(doc))
+    shown = [g for g in groups if noticeable(g)]
+    out += [f"- {group_line(g)}" for g in shown[:MD_FAILURES]]
+    if len(shown) > MD_FAILURES:
+        out.append(f"- ... and {len(shown) - MD_FAILURES} more (see [report.html](report.html))")
+    small = [g for g in groups if not noticeable(g)]
+    out += [f"- {folded_line(small)}"] if small else []
+    out += [] if groups else ["None."]
     known = doc.get("known")
     if known and known.get("entries"):
         out += ["", "## Known findings", "", f"File `{known['file']}`, device {known['device']}.", ""]

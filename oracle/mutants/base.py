@@ -24,6 +24,8 @@ Bases:
     Adagrad                  torch.optim.Adagrad math, eager state in __init__, over FP32
                              masters with FP32 state (DeepSpeed's wrapper after #8910).
     GroupLamb                apex FusedLAMB (oracle.lamb.APEX_LAMB).
+    Float64AdamW             TorchAdamW in float64, rounded once on store: more precise than
+                             its declared float32 math; a precision control (tests/test_hazards.py).
     TorchSGD                 torch.optim.SGD (oracle.sgd.TORCH_SGD): L2 decay, the first step
                              copies the grad into the buffer, no counter.
     ReferenceLion            the paper's Lion (oracle.lion.REFERENCE_LION): sign(0) = 0,
@@ -220,6 +222,30 @@ class TorchAdamW(_Base):
             self._launch(lambda batch, group=group: [self._update(p, self.state[p], group, t_of[id(p)])
                                                      for p in batch], params)
         return loss
+
+
+class Float64AdamW(TorchAdamW):
+    """TorchAdamW computing in float64 and rounding once on store: a correct implementation more
+    precise than any target. Declared as float32 math (what every AdamW target computes in), it
+    must pass every check, the finite and bounds checks and the precision hazards included: a
+    convention that rounds hyperparameters to float32 may not be enforced on one that keeps them."""
+
+    def _grad(self, p, group, inv_scale=1.0):
+        g = p.grad.double()
+        return g * inv_scale if inv_scale != 1.0 else g
+
+    def _master(self, p, st):
+        return p.double()
+
+    def _moments(self, st, g, group):
+        b1, b2 = group["betas"]
+        m = st["exp_avg"].double().lerp_(g, 1 - b1)
+        v = st["exp_avg_sq"].double().mul_(b2).addcmul_(g, g, value=1 - b2)
+        vmax = v
+        if group["amsgrad"]:
+            vmax = torch.maximum(st["max_exp_avg_sq"].double(), v)
+            self._store_max(st, vmax)
+        return m, v, vmax
 
 
 class TorchAdam(TorchAdamW):
