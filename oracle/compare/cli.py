@@ -60,8 +60,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", action="append", metavar="NAME",
                    help="scenarios to run (repeatable): rank_skew, construction, checkpoint, grad_scaling, "
                         "irregular, long_horizon, inputs_unchanged, lr_schedule, ddp_bucket_view, zero_redundancy, "
-                        "fsdp2, fsdp2_layers, fsdp2_bf16, dcp_reshard, all, or none. Default: all of them after the "
-                        "case matrix; naming scenarios runs only those (add --case to keep matrix cases)")
+                        "fsdp2, fsdp2_layers, fsdp2_bf16, dcp_reshard, all, or none. Default: all but the multi-process "
+                        "wrappers (ddp_bucket_view .. dcp_reshard: name them, or all) after the case matrix; naming "
+                        "scenarios runs only those (add --case to keep matrix cases)")
     p.add_argument("--list", action="store_true", help="list the selected targets and cases, run nothing")
     p.add_argument("--report-dir", default=os.path.join("reports", "latest"),
                    help="where report.json, report.md and report.html go, written as one unit with a manifest "
@@ -210,7 +211,9 @@ def scenario_names(args) -> tuple[list[str], bool]:
     """(scenarios to run, whether the case matrix runs too). Naming scenarios
     runs only those; --case then selects among their rows (and matrix cases)."""
     from .scenarios import SCENARIOS
-    chosen = args.scenario or ["all"]
+    if not args.scenario:  # the default: every scenario but the opt-in multi-process wrappers
+        return [n for n, sc in SCENARIOS.items() if sc.in_default], True
+    chosen = args.scenario
     if chosen == ["none"]:
         return [], True
     if "all" in chosen:

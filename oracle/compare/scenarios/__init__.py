@@ -29,6 +29,9 @@ class Scenario:
     run: Callable  # (target, device: str, seed: int) -> CaseResult, or a list of them
     # for training-engine targets (Target.engine) only; the others are for optimizers only
     engine: bool = False
+    # run when a sweep names no --scenario; the multi-process wrapper scenarios (DDP, ZeRO-1, FSDP2, DCP:
+    # minutes per target on 2 cores, and third-party kernels that take no DTensor) run when named
+    in_default: bool = True
 
     def applies(self, target) -> bool:
         return self.engine == (target.engine is not None)

@@ -73,8 +73,11 @@ def _lr_kept(res: CheckResult, k: int, opt, hparams) -> None:
     """The step leaves the scheduled lr in param_groups (nothing overwrites it)."""
     for g, group in enumerate(opt.param_groups):
         res.compared += 1
-        if float(group["lr"]) != hparams[g]["lr"]:
-            res.fail(Finding(res.check, k, f"group {g} lr", expected=hparams[g]["lr"], got=float(group["lr"]),
+        want = hparams[g]["lr"]
+        if isinstance(group["lr"], torch.Tensor):  # a tensor lr holds the schedule's value in its own dtype
+            want = float(torch.tensor(want, dtype=group["lr"].dtype))
+        if float(group["lr"]) != want:
+            res.fail(Finding(res.check, k, f"group {g} lr", expected=want, got=float(group["lr"]),
                              detail="the step changed the lr in param_groups"))
 
 

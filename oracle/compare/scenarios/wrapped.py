@@ -95,7 +95,7 @@ def _scenario(name: str) -> Scenario:
     run.__name__ = f"run_{name}"
     doc = (run_wrapped.__doc__ or "").split("\n\n")
     run.__doc__ = f"{WRAPPERS[name].doc}: " + doc[0].split(": ", 1)[0] + ".\n\n" + "\n\n".join(doc[1:])
-    return Scenario(name, run.__doc__.split("\n\n")[0].strip(), run)
+    return Scenario(name, run.__doc__.split("\n\n")[0].strip(), run, in_default=False)
 
 
 SCENARIOS = tuple(_scenario(name) for name in WRAPPERS)
