@@ -30,7 +30,7 @@ def expected_failures(target_name, scenario):
     """Genuine torch 2.13 defects (reports/known.toml): these checks fail on torch."""
     out = set()
     if scenario == "irregular" and target_name.endswith(".fused"):
-        out.add("noncontiguous")
+        out |= {"noncontiguous", "bounds"}  # bounds: the strided param's gaps written (known entry)
     if scenario == "construction" and target_name.startswith("torch.adagrad."):
         out.add("eager_init")
     if target_name == "torch.sgd.fused":  # fused SGD: bf16 left unchanged, late first grad, skipped first step
