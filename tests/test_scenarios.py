@@ -43,7 +43,11 @@ def expected_failures(target_name, scenario):
 def test_api():
     assert list(S.SCENARIOS) == ["rank_skew", "construction", "checkpoint", "grad_scaling", "irregular",
                                  "long_horizon", "inputs_unchanged", "lr_schedule", "ddp_bucket_view", "zero_redundancy",
+                                 "fsdp2", "fsdp2_layers", "fsdp2_bf16", "dcp_reshard",
                                  "engine_construction", "engine_roundtrip"]
+    # the multi-process wrappers run when named (minutes per target), the rest in every default sweep
+    assert [n for n, sc in S.SCENARIOS.items() if not sc.in_default] == [
+        "ddp_bucket_view", "zero_redundancy", "fsdp2", "fsdp2_layers", "fsdp2_bf16", "dcp_reshard"]
     for name, sc in S.SCENARIOS.items():
         assert sc.name == name and sc.doc and callable(sc.run)
     # engine scenarios apply to training-engine targets only, the others to optimizers only
