@@ -459,8 +459,8 @@ def merge_main(argv) -> int:
     args = p.parse_args(argv)
     try:
         check_report_dir(args.report_dir)
-        results, run_argv, complete, run, seconds, versions = merge_docs([load(path) for path in args.reports],
-                                                                         args.report_dir)
+        docs = [load(path) for path in args.reports]
+        results, run_argv, complete, run, seconds, versions = merge_docs(docs, args.report_dir)
         judge = Judge.from_option(run["known"], run["device"])
     except (ShardError, UsageError, KnownFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -469,8 +469,11 @@ def merge_main(argv) -> int:
     with deferred_sigint() as interrupted:
         known = judge.judge(results)
         # the versions are the shards' (checked equal), not this machine's
-        report.write(args.report_dir, results, run_argv, complete, run["device"],
-                     {"versions": versions, "seconds": seconds, "known": known})
+        extra = {"versions": versions, "seconds": seconds, "known": known}
+        inferred = next((d["inferred"] for d in docs if d.get("inferred")), None)
+        if inferred:  # every shard infers the same (same seed, same probes): the first one's
+            extra["inferred"] = inferred
+        report.write(args.report_dir, results, run_argv, complete, run["device"], extra)
     print("\n".join(judge.lines()))
     print(report.summary_table(report.summarize(results)))
     bad = sum(r.status in ("fail", "error") for r in results)
