@@ -612,12 +612,12 @@ def render(doc: dict) -> str:
         "<a href='#notes'>Notes</a><a href='#errors'>Errors</a>"
         "<button type='button' id='expand-all'>Expand all</button><button type='button' id='collapse-all'>Collapse all"
         "</button><input id='filter' type='search' placeholder='filter cases (target, case, check, tensor)'></nav>",
-        inferred_html(doc),
         "<section id='grid'><h2>Summary grid</h2>", grid_html(doc, anchors),
         f"<p>{esc(skipped)}</p>" if skipped else "", "</section>",
         "<section id='failures'><h2>Failures</h2>", plots_note,
         "<p class='muted'>Errors are in ULPs of the storage dtype at the operand magnitude; the bound is derived per "
         "element (README, \"How tolerances are derived\").</p>", failures_html(doc, anchors), "</section>",
+        inferred_html(doc),  # below the grid: the grid stays the first thing on the page
         "<section id='known'><h2>Known findings</h2>", known_html(doc), "</section>",
         "<section id='hazards'><h2>Hazards</h2><ul>" + "".join(f"<li>{esc(h)}</li>" for h in hazards(doc))
         + "</ul></section>",
