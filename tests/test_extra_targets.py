@@ -93,7 +93,7 @@ def test_bnb_refuses_amsgrad_it_would_ignore():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_torchao_matches_the_oracle_under_its_declared_convention(dtype):
     ran, bad = _failures(_need("torchao.adamw"), dtypes=(dtype,), pattern="*/single/*")
-    assert ran == 1 and not bad, "\n".join(bad)
+    assert ran >= 2 and not bad, "\n".join(bad)  # wd0.1/single/normal and defaults/single/zero_grads
 
 
 @pytest.mark.slow

@@ -234,23 +234,35 @@ def test_ctrl_c_during_the_final_write_finishes_the_report(tmp_path):
 
 # --- processes that must not survive ----------------------------------------------------------
 
-def test_kill_9_of_the_cli_takes_its_worker_down(tmp_path):
+def _kill_9_while_hanging(tmp_path, *extra):
+    """Start the CLI on a hanging impl, wait for its child, kill -9 the CLI; what outlived it."""
     run = Run(tmp_path, *ONE_CASE, "--impl", "tests.broken.crashing:HangingAdamW", "--report-dir",
-              str(tmp_path / "rep"))
+              str(tmp_path / "rep"), *extra)
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and len(tagged(run.tag)) < 2:  # the CLI and its worker
+    while time.monotonic() < deadline and len(tagged(run.tag)) < 2:  # the CLI and its child
         time.sleep(0.2)
-    assert len(tagged(run.tag)) >= 2, "no worker started"
-    time.sleep(3)  # the worker is in the hanging case
+    assert len(tagged(run.tag)) >= 2, "no child process started"
+    time.sleep(3)  # the child is in the hanging step
     run.proc.kill()
     run.proc.communicate(timeout=60)
-    left = none_survive(run.tag)
+    return run, none_survive(run.tag)
+
+
+def test_kill_9_of_the_cli_takes_its_worker_down(tmp_path):
+    run, left = _kill_9_while_hanging(tmp_path, "--no-infer")  # straight to the case worker
     assert not left, f"outlived a kill -9 of the CLI: {left}"
     # the worker's folder could not be removed by a dead CLI; the next run sweeps it
     assert any(p.name.startswith("oracle-worker-") for p in run.tmp.iterdir())
     code, err = cli(tmp_path, *ONE_CASE, "--target", "torch.adamw.forloop", report_dir=tmp_path / "rep2")
     assert code == 0, err
     assert not any(p.name.startswith("oracle-worker-") for p in run.tmp.iterdir())
+
+
+def test_kill_9_of_the_cli_takes_its_inference_down(tmp_path):
+    """An --impl that declares nothing is fingerprinted first, in an interpreter of its own
+    (python -m oracle.compare.infer), here hanging in the impl's step."""
+    _, left = _kill_9_while_hanging(tmp_path)
+    assert not left, f"outlived a kill -9 of the CLI: {left}"
 
 
 @pytest.mark.xdist_group("ranks")

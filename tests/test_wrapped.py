@@ -140,3 +140,29 @@ def test_fsdp2_catches_a_group_skipped_where_its_shards_are_empty():
     assert r.status == "fail"
     assert any("rank 3 group 1 step" in f.tensor for f in r.checks["counters"].findings)
     assert not any("rank 0 " in f.tensor for f in r.checks["counters"].findings)  # rank 0 holds rows of all
+
+
+_INHERITED = """
+import os, sys, torch.distributed as dist
+from oracle.compare.ranks import free_port
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+dist.init_process_group("gloo", rank=0, world_size=1)  # as DeepSpeed's single-process setup leaves it
+from oracle.compare import scenarios as S
+from oracle.compare.registry import load_impl
+r = S.SCENARIOS["zero_redundancy"].run(load_impl("tests.broken.scenario_mutants:EmptyGroupNoCounter"), "cpu", 0,
+                                       worlds=(2,))
+print(r.status, r.reason, [f.tensor for f in r.checks["counters"].findings][:3] if "counters" in r.checks else "")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("ranks")
+def test_a_process_with_its_own_default_group_spawns_the_ranks():
+    """CI ran these scenarios in a pytest worker where a DeepSpeed test had left a default
+    process group; forked ranks inherited it and every wrapped row errored."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _INHERITED], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    status, _, rest = out.stdout.strip().splitlines()[-1].partition(" ")
+    assert status == "fail" and "group 1 step" in rest, out.stdout[-3000:]

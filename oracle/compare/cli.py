@@ -148,6 +148,7 @@ def infer_target(target, args) -> dict | None:
     exported to the worker processes; None when it could not run (said on stderr; the target is then
     judged by what it declares)."""
     from .infer import lines
+    from .procs import LAUNCHER_ENV
     from .targets.declare import ENV, export
     name = target.name[len("impl:"):] if target.name.startswith("impl:") else target.name
     cmd = [sys.executable, "-m", "oracle.compare.infer", name, "--optimizer", target.optimizer, "--device",
@@ -155,7 +156,8 @@ def infer_target(target, args) -> dict | None:
     print(f"inferring the conventions of {target.name} (--no-infer to skip) ...", file=sys.stderr, flush=True)
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=min(INFER_TIMEOUT, 10 * args.timeout),
-                             env={**{k: v for k, v in os.environ.items() if k != ENV}, "OMP_NUM_THREADS": "1"})
+                             env={**{k: v for k, v in os.environ.items() if k != ENV}, "OMP_NUM_THREADS": "1",
+                                  LAUNCHER_ENV: str(os.getpid())})  # a kill -9 of this CLI takes it down
         found = json.loads(out.stdout)
     except subprocess.TimeoutExpired:
         print(f"warning: inferring {target.name} did not finish in time; judging it by its declarations",

@@ -333,4 +333,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    from .procs import die_with_launcher
+    die_with_launcher()  # started by the CLI: do not outlive it
     sys.exit(main())

@@ -24,6 +24,15 @@ import time
 
 PR_SET_PDEATHSIG = 1
 TMP_PREFIX = "oracle-worker-"
+LAUNCHER_ENV = "ORACLE_RANK_PARENT"  # a process started with this set dies with the process of this pid
+
+
+def die_with_launcher() -> None:
+    """Called first thing in a fresh interpreter the engine started (a rank, the
+    inference): die with the process named by LAUNCHER_ENV."""
+    parent = os.environ.get(LAUNCHER_ENV)
+    if parent and parent.isdigit():
+        die_with_parent(int(parent))
 
 
 def die_with_parent(parent_pid: int | None = None, sig: int = signal.SIGKILL) -> None:
@@ -125,5 +134,5 @@ def tree_rss_mb(pids) -> dict[int, float]:
     return out
 
 
-__all__ = ["die_with_parent", "kill_group", "make_tmp", "own_group", "remove_tmp", "sweep_stale_tmp",
+__all__ = ["LAUNCHER_ENV", "die_with_launcher", "die_with_parent", "kill_group", "make_tmp", "own_group", "remove_tmp", "sweep_stale_tmp",
            "tree_rss_mb"]

@@ -26,7 +26,7 @@ import tempfile
 import time
 from typing import Callable
 
-from .procs import die_with_parent
+from .procs import LAUNCHER_ENV, die_with_launcher, die_with_parent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -51,14 +51,8 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-PARENT_ENV = "ORACLE_RANK_PARENT"  # a spawned rank dies with the process of this pid
-
-
-def rank_started() -> None:
-    """Called first thing in a spawned rank: die with the launcher."""
-    parent = os.environ.get(PARENT_ENV)
-    if parent and parent.isdigit():
-        die_with_parent(int(parent))
+PARENT_ENV = LAUNCHER_ENV  # a spawned rank dies with the process of this pid
+rank_started = die_with_launcher  # called first thing in a spawned rank
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ its destination world size, the checkpoint its source world size saved.
 from __future__ import annotations
 
 import os
+import pickle
 import time
 
 import torch
@@ -17,7 +18,7 @@ from ..checks import CheckResult
 from ..dist_wrappers import WRAPPERS
 from . import Scenario
 from .common import finish, guarded, new_result, skip, unavailable
-from .rank_skew import merge_ranks, rank_skew_hparams
+from .rank_skew import merge_ranks, rank_skew_hparams, target_spec
 
 WRAPPED_STEPS = (3, 2)  # steps before the checkpoint, steps after it
 
@@ -74,8 +75,25 @@ def _launch(target, spec, checks, tmp, world, extra, seed, hp, timeout, label=No
            "ckpt_out": os.path.join(tmp, f"ckpt_w{world}"), "final_out": os.path.join(tmp, f"final_w{world}.pt"),
            **extra}
     env = ranks.rank_env(world)
-    per_rank, err = ranks.fork(wrapped_worker.forked, lambda rank: (job, rank, world, target, spec, env), world, out,
-                               timeout)
+    # A forked child inherits an initialized default process group (one DeepSpeed
+    # set up in this process, say) and could neither start its own nor drop the
+    # inherited one (its shutdown waits on threads fork did not copy): such a
+    # parent spawns fresh interpreters that find the target and wrapper by name.
+    if torch.distributed.is_initialized():
+        name = target_spec(target)
+        if name is None:
+            return (f"this process already has a default process group, so ranks must be spawned, and "
+                    f"{target.name} cannot be found by name in a fresh interpreter (not a registry target "
+                    f"or an impl:module:Name spec)")
+        job.update(spec=name, optimizer=target.optimizer, convention=target.convention, wrapper=spec.name)
+        path = os.path.join(out, "job.pkl")
+        with open(path, "wb") as fh:
+            pickle.dump(job, fh)
+        per_rank, err = ranks.spawn(ranks.python_module("oracle.compare.scenarios.wrapped_worker", path), world,
+                                    out, timeout, env)
+    else:
+        per_rank, err = ranks.fork(wrapped_worker.forked, lambda rank: (job, rank, world, target, spec, env), world,
+                                   out, timeout)
     if err:
         return err
     merge_ranks(checks, per_rank, label or f"world {world}")

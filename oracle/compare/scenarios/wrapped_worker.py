@@ -82,6 +82,17 @@ def forked(job: dict, rank: int, world: int, target, wrapper, env: dict) -> None
         os._exit(code)
 
 
+def main(job_path: str) -> None:
+    """Entry point of a spawned worker: target and wrapper are found again by name."""
+    from ..dist_wrappers import WRAPPERS
+    from .rank_worker import find_target
+    with open(job_path, "rb") as fh:
+        job = pickle.load(fh)
+    torch.set_num_threads(1)
+    target = find_target(job["spec"], job["optimizer"], job["convention"])
+    run_rank(job, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), target, WRAPPERS[job["wrapper"]])
+
+
 def run_rank(job: dict, rank: int, world: int, target, wrapper) -> None:
     from ..dist_wrappers import Holder
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
@@ -261,3 +272,9 @@ def _bits(sd, params) -> dict:
             for key, val in sd["state"].get(idx, {}).items():
                 out[f"group {g} param {i} {key}"] = val
     return out
+
+
+if __name__ == "__main__":
+    from ..ranks import rank_started
+    rank_started()  # die with the launcher
+    main(sys.argv[1])
