@@ -11,6 +11,8 @@ used.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
 import subprocess
@@ -61,12 +63,39 @@ def native_arch_flags() -> tuple[str, ...]:
     return ("-march=native",) if done.returncode == 0 else ()
 
 
+@contextlib.contextmanager
+def build_lock(directory):
+    """Hold the build of one JIT extension directory; clears a stale torch build lock.
+
+    torch.utils.cpp_extension marks a build in progress with a plain file
+    `<dir>/lock` and makes every later load wait, without limit, until that file
+    is gone; a build that was killed (timeout, kill -9, CI cancel) leaves it
+    behind, and every later run then hangs on import. Here each build also
+    holds an flock on `<dir>/.oracle-build.flock`, which the kernel drops when
+    its holder dies: whoever holds the flock knows no build of ours is running,
+    so a `lock` file it finds is stale and is removed (said on stderr)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".oracle-build.flock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            stale = directory / "lock"
+            if stale.exists():
+                print(f"removing a stale build lock left by a killed build: {stale}", file=sys.stderr, flush=True)
+                stale.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _load(name: str, sources: list[str], **kwargs):
     from torch.utils.cpp_extension import load
 
     verbose = os.environ.get("FUSED_BUILD_VERBOSE", "") not in ("", "0")
-    return load(name=name, sources=[str(CSRC / s) for s in sources], extra_include_paths=[str(CSRC)],
-                build_directory=str(build_dir(name)), verbose=verbose, **kwargs)
+    where = build_dir(name)
+    with build_lock(where):
+        return load(name=name, sources=[str(CSRC / s) for s in sources], extra_include_paths=[str(CSRC)],
+                    build_directory=str(where), verbose=verbose, **kwargs)
 
 
 @functools.cache

@@ -101,3 +101,16 @@ def test_no_infer_keeps_the_declarations(tmp_path):
     doc = json.loads((tmp_path / "report.json").read_text())
     assert code == 1 and "inferred" not in doc
     assert "declare ORACLE_COMPUTE = 'storage' if intended" in doc["results"][0]["reason"]
+
+
+def test_an_earlier_runs_inference_does_not_judge_the_next(tmp_path):
+    """main() in one process (a test suite, a notebook): the first run's inference must not leak into
+    a later --no-infer run (it did: CI ran this file after an inferring test in the same worker)."""
+    import os
+
+    from oracle.compare.targets.declare import ENV
+    argv = ["--impl", "torch.optim:AdamW", "--optimizer", "adamw", "--quiet", "--scenario", "none",
+            "--case", "adamw/bf16/wd0.1/single/normal"]
+    assert main([*argv, "--report-dir", str(tmp_path / "a")]) == 0  # inferred: storage arithmetic
+    assert ENV not in os.environ
+    assert main([*argv, "--no-infer", "--report-dir", str(tmp_path / "b")]) == 1  # judged as declared

@@ -148,16 +148,15 @@ def infer_target(target, args) -> dict | None:
     exported to the worker processes; None when it could not run (said on stderr; the target is then
     judged by what it declares)."""
     from .infer import lines
-    from .procs import LAUNCHER_ENV
+    from .procs import run_child
     from .targets.declare import ENV, export
     name = target.name[len("impl:"):] if target.name.startswith("impl:") else target.name
     cmd = [sys.executable, "-m", "oracle.compare.infer", name, "--optimizer", target.optimizer, "--device",
            args.device, "--seed", str((args.seed or [0])[0]), "--json"]
     print(f"inferring the conventions of {target.name} (--no-infer to skip) ...", file=sys.stderr, flush=True)
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=min(INFER_TIMEOUT, 10 * args.timeout),
-                             env={**{k: v for k, v in os.environ.items() if k != ENV}, "OMP_NUM_THREADS": "1",
-                                  LAUNCHER_ENV: str(os.getpid())})  # a kill -9 of this CLI takes it down
+        out = run_child(cmd, min(INFER_TIMEOUT, 10 * args.timeout),
+                        {**{k: v for k, v in os.environ.items() if k != ENV}, "OMP_NUM_THREADS": "1"})
         found = json.loads(out.stdout)
     except subprocess.TimeoutExpired:
         print(f"warning: inferring {target.name} did not finish in time; judging it by its declarations",
@@ -328,12 +327,21 @@ def main(argv=None) -> int:
         return render_main(argv[1:])
     if argv and argv[0] == "merge":
         return merge_main(argv[1:])
+    from .targets.declare import ENV
+    # Inferred conventions reach this run's workers through the environment; one
+    # left by an earlier run in this process (tests, notebooks calling main) must
+    # not judge this one, least of all under --no-infer.
+    outer = os.environ.pop(ENV, None)
     try:
         return _main(argv)
     except KeyboardInterrupt:  # before any case ran (importing torch, planning): nothing to keep
         print("interrupted before any case finished: no report written (the previous one is left as it was)",
               file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        os.environ.pop(ENV, None)
+        if outer is not None:
+            os.environ[ENV] = outer
 
 
 def _main(argv) -> int:

@@ -17,6 +17,7 @@ import ctypes
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -60,6 +61,22 @@ def own_group() -> None:
     """Make this process the leader of a new process group (killed whole by its parent)."""
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
+
+
+def run_child(argv: list, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run a fresh interpreter the CLI depends on (the --impl import probe, the inference)
+    to its end: in a process group of its own, dying with this process (LAUNCHER_ENV),
+    its whole group killed on timeout (subprocess.TimeoutExpired is raised after),
+    interrupt or any other way out of here. stdout and stderr come back as text."""
+    env = {**(os.environ if env is None else env), LAUNCHER_ENV: str(os.getpid())}
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        kill_group(proc.pid)
+        proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
@@ -134,5 +151,5 @@ def tree_rss_mb(pids) -> dict[int, float]:
     return out
 
 
-__all__ = ["LAUNCHER_ENV", "die_with_launcher", "die_with_parent", "kill_group", "make_tmp", "own_group", "remove_tmp", "sweep_stale_tmp",
+__all__ = ["LAUNCHER_ENV", "die_with_launcher", "die_with_parent", "run_child", "kill_group", "make_tmp", "own_group", "remove_tmp", "sweep_stale_tmp",
            "tree_rss_mb"]

@@ -95,6 +95,7 @@ from oracle.adam import AdamConvention
 
 from ..ranks import free_port
 from .base import EngineSpec, Target
+from .extra import translate
 
 DEEPSPEED_VERSIONS = ">=0.19,<0.20"
 
@@ -258,7 +259,10 @@ def load_op(op: str, announce: bool = False):
     elif announce:
         print(f"DeepSpeed op {op}: cached in {where} for this setup (key {cache_key_name(key)})",
               file=sys.stderr, flush=True)
-    module = getattr(op_builder, _BUILDERS[op])().load(verbose=False)
+    from fused._ext import build_lock
+    builder = getattr(op_builder, _BUILDERS[op])()
+    with build_lock(os.path.join(where, builder.name)):  # DeepSpeed JIT-builds into TORCH_EXTENSIONS_DIR/<name>
+        module = builder.load(verbose=False)
     if reason:
         _stamp(op, where, key)
     return module
@@ -280,25 +284,10 @@ def build_ops(extensions_dir: str | None = None, ops=OPS) -> dict:
 
 # --- targets -------------------------------------------------------------------
 
-# torch-style keys DeepSpeed's CPU optimizers do not take: dropped when they
-# hold torch's neutral value (falsy / zero), refused otherwise.
-_DROP_IF_NEUTRAL = ("amsgrad", "maximize", "foreach", "fused", "capturable", "differentiable",
-                    "lr_decay", "initial_accumulator_value")
+# What DeepSpeed's CPU optimizers take; torch-style keys at their neutral value are
+# dropped, others refused (extra.translate).
 _ACCEPTED = {"adam": {"lr", "betas", "eps", "weight_decay", "bias_correction"},
              "adagrad": {"lr", "eps", "weight_decay"}}
-
-
-def _translate(d: dict, kind: str, where: str) -> dict:
-    out = {}
-    for k, v in d.items():
-        if k == "params" or k in _ACCEPTED[kind]:
-            out[k] = v
-        elif k in _DROP_IF_NEUTRAL:
-            if v:
-                raise ValueError(f"{where}: DeepSpeed CPU {kind} does not support {k}={v!r}")
-        else:
-            raise ValueError(f"{where}: unknown hyperparameter {k!r} for DeepSpeed CPU {kind}")
-    return out
 
 
 def _memoize_cpu_info() -> None:
@@ -323,8 +312,9 @@ def _make(cls_path: str, kind: str, **flags):
         configure_env()
         _memoize_cpu_info()
         cls = getattr(importlib.import_module(mod), name)
-        gs = [_translate(g, kind, f"param group {i}") for i, g in enumerate(groups)]
-        return cls(gs, **_translate(dict(defaults), kind, "defaults"), **flags)
+        lib = f"DeepSpeed CPU {kind}"
+        gs = [translate(g, _ACCEPTED[kind], lib, f"param group {i}") for i, g in enumerate(groups)]
+        return cls(gs, **translate(dict(defaults), _ACCEPTED[kind], lib, "defaults"), **flags)
     return make
 
 

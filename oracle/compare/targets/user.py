@@ -20,6 +20,7 @@ import sys
 
 import oracle
 
+from ..procs import run_child
 from .base import Target, scaled_step_kwargs
 
 
@@ -42,8 +43,8 @@ def resolve(spec: str):
 # on the last line of stderr, and leave with os._exit (no atexit handler of the module runs).
 _PROBE = r"""
 import importlib, os, sys, traceback
-from oracle.compare.procs import die_with_parent
-die_with_parent(int(sys.argv[3]))
+from oracle.compare.procs import die_with_launcher
+die_with_launcher()
 def say(kind, text, code):
     sys.stdout.flush()
     sys.stderr.write("\n@@probe@@ %s %s\n" % (kind, text.replace("\n", " ")))
@@ -71,19 +72,11 @@ def probe_import(spec: str, timeout: float) -> str | None:
     mod_name, _, attr = spec.partition(":")
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([p or os.getcwd() for p in sys.path])}
-    proc = subprocess.Popen([sys.executable, "-c", _PROBE, mod_name, attr, str(os.getpid())], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, errors="replace", start_new_session=True)
     try:
-        _, err = proc.communicate(timeout=timeout)
+        proc = run_child([sys.executable, "-c", _PROBE, mod_name, attr], timeout, env)
     except subprocess.TimeoutExpired:
-        _kill(proc)
         return f"--impl {spec}: importing {mod_name} did not finish within {timeout:g} s (killed)"
-    except BaseException:
-        _kill(proc)
-        raise
-    finally:
-        _kill(proc)
+    err = proc.stderr
     said = [line for line in err.splitlines() if line.startswith("@@probe@@ ")]
     if proc.returncode == 0 and said and said[-1].split()[1] == "ok":
         return None
@@ -102,14 +95,6 @@ def probe_import(spec: str, timeout: float) -> str | None:
     if text.startswith(("ModuleNotFoundError", "ImportError")):
         return f"--impl {spec}: cannot import: {text.split(': ', 1)[-1]}"
     return f"--impl {spec}: importing {mod_name} raised {text}"
-
-
-def _kill(proc) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def which_optimizer(spec: str, obj, optimizer: str | None) -> str:

@@ -1,0 +1,68 @@
+"""A JIT build killed mid-way leaves torch's `<dir>/lock` file behind, and every later
+load waits for it to vanish, forever. fused._ext.build_lock clears such a lock when no
+build of ours holds the directory (fused extension and DeepSpeed ops alike)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fused._ext import build_dir, build_lock
+
+_HOLD = """
+import sys, time
+from fused._ext import build_lock
+with build_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_lock_file_nobody_holds_is_removed(tmp_path, capsys):
+    (tmp_path / "lock").write_text("")
+    with build_lock(tmp_path):
+        assert not (tmp_path / "lock").exists()
+    assert "stale build lock" in capsys.readouterr().err
+
+
+def test_a_running_build_is_waited_for_not_broken(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path), "2"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    (tmp_path / "lock").write_text("")  # the holder's torch build in progress
+    t0 = time.monotonic()
+    with build_lock(tmp_path):
+        waited = time.monotonic() - t0
+    holder.wait(timeout=30)
+    assert waited > 1.0  # it waited for the holder instead of removing a live build's lock
+
+
+def test_a_killed_holder_releases_the_directory(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path), "600"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    (tmp_path / "lock").write_text("")
+    holder.kill()  # kill -9 mid-build: the flock goes with the process, torch's lock file stays
+    holder.wait(timeout=30)
+    assert (tmp_path / "lock").exists()
+    with build_lock(tmp_path):
+        assert not (tmp_path / "lock").exists()
+
+
+def test_the_fused_extension_loads_past_a_stale_lock(tmp_path):
+    """The real load: a copy of this machine's build (ninja finds it up to date) with a stale lock."""
+    pytest.importorskip("torch")
+    from fused import _ext
+    _ext.cpu()  # built (or loaded) here first
+    src = build_dir("fused_optim_cpu")
+    tag = src.parent.name
+    shutil.copytree(src, tmp_path / tag / "fused_optim_cpu", ignore=shutil.ignore_patterns("lock", "*.flock"))
+    (tmp_path / tag / "fused_optim_cpu" / "lock").write_text("")
+    env = {**os.environ, "FUSED_BUILD_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", "from fused import _ext; _ext.cpu(); print('loaded')"],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=Path(__file__).parent.parent)
+    assert out.returncode == 0 and "loaded" in out.stdout, out.stderr[-2000:]
+    assert "stale build lock" in out.stderr
