@@ -259,7 +259,7 @@ def load_op(op: str, announce: bool = False):
     elif announce:
         print(f"DeepSpeed op {op}: cached in {where} for this setup (key {cache_key_name(key)})",
               file=sys.stderr, flush=True)
-    from fused._ext import build_lock
+    from fused import build_lock
     builder = getattr(op_builder, _BUILDERS[op])()
     with build_lock(os.path.join(where, builder.name)):  # DeepSpeed JIT-builds into TORCH_EXTENSIONS_DIR/<name>
         module = builder.load(verbose=False)
