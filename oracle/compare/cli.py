@@ -327,21 +327,24 @@ def main(argv=None) -> int:
         return render_main(argv[1:])
     if argv and argv[0] == "merge":
         return merge_main(argv[1:])
-    from .targets.declare import ENV
-    # Inferred conventions reach this run's workers through the environment; one
-    # left by an earlier run in this process (tests, notebooks calling main) must
-    # not judge this one, least of all under --no-infer.
-    outer = os.environ.pop(ENV, None)
+    env, outer = None, None
     try:
+        # Inferred conventions reach this run's workers through the environment; one
+        # left by an earlier run in this process (tests, notebooks calling main) must
+        # not judge this one, least of all under --no-infer. (Imported in here: it
+        # imports torch, and a Ctrl-C during that import is handled below.)
+        from .targets.declare import ENV as env
+        outer = os.environ.pop(env, None)
         return _main(argv)
     except KeyboardInterrupt:  # before any case ran (importing torch, planning): nothing to keep
         print("interrupted before any case finished: no report written (the previous one is left as it was)",
               file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        os.environ.pop(ENV, None)
-        if outer is not None:
-            os.environ[ENV] = outer
+        if env is not None:
+            os.environ.pop(env, None)
+            if outer is not None:
+                os.environ[env] = outer
 
 
 def _main(argv) -> int:
