@@ -76,16 +76,13 @@ def build_lock(directory):
     so a `lock` file it finds is stale and is removed (said on stderr)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".oracle-build.flock", "a") as fh:
+    with open(directory / ".oracle-build.flock", "a") as fh:  # closing it releases the flock
         fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            stale = directory / "lock"
-            if stale.exists():
-                print(f"removing a stale build lock left by a killed build: {stale}", file=sys.stderr, flush=True)
-                stale.unlink(missing_ok=True)
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+        stale = directory / "lock"
+        if stale.exists():
+            print(f"removing a stale build lock left by a killed build: {stale}", file=sys.stderr, flush=True)
+            stale.unlink(missing_ok=True)
+        yield
 
 
 def _load(name: str, sources: list[str], **kwargs):

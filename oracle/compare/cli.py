@@ -155,8 +155,8 @@ def infer_target(target, args) -> dict | None:
            args.device, "--seed", str((args.seed or [0])[0]), "--json"]
     print(f"inferring the conventions of {target.name} (--no-infer to skip) ...", file=sys.stderr, flush=True)
     try:
-        out = run_child(cmd, min(INFER_TIMEOUT, 10 * args.timeout),
-                        {**{k: v for k, v in os.environ.items() if k != ENV}, "OMP_NUM_THREADS": "1"})
+        # (the inference drops any exported inference from its own environment itself)
+        out = run_child(cmd, min(INFER_TIMEOUT, 10 * args.timeout), {**os.environ, "OMP_NUM_THREADS": "1"})
         found = json.loads(out.stdout)
     except subprocess.TimeoutExpired:
         print(f"warning: inferring {target.name} did not finish in time; judging it by its declarations",
