@@ -101,6 +101,21 @@ def test_gate_exit_status_follows_the_matrix(gate, tmp_path, monkeypatch):
                    "--jobs", "1"]) == 1  # the matrix alone has no non-contiguous grads
 
 
+@pytest.mark.slow
+def test_inference_explains_no_mutant():
+    """The gate as an outside user's optimizer meets it (--undeclared): every mutant's conventions are
+    inferred, not declared, and it is still killed; every control still passes. A convention preset
+    that matches a mutant's behaviour would let inference explain the defect away (the catalog once
+    had SGD's dampened first step and Lion's bare copysign, and two mutants survived)."""
+    rows = K.run_all([e for e in ENTRIES if not e.gpu_only], jobs=2, undeclared=True)
+    survived = [(r.entry.name, r.inferred) for r in rows if r.entry.kind.endswith("mutant") and r.verdict != "killed"]
+    assert not survived, survived
+    wrong = [(r.entry.name, r.verdict, r.inferred) for r in rows
+             if not r.entry.kind.endswith("mutant") and r.verdict not in ("pass", "known defect")]
+    assert not wrong, wrong
+    assert all(r.inferred for r in rows if r.entry.kind == "mutant"), "a plain mutant was judged without inference"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("entry", GPU_MUTANTS, ids=lambda e: e.name)
 def test_gpu_only_mutants(entry):

@@ -3,6 +3,13 @@ real implementations are known to follow (what inference chooses among, and
 what a report can name). Each preset is defined where its evidence is: the
 specification's own presets in oracle/<optimizer>.py, a library's in its
 target module here.
+
+A preset names a library that follows it. An oracle option that no current
+library uses (SGD's dampened first step, mlx #440 before its fix; Lion's
+copysign on its own, which only DeepSpeed's CPU Lion uses, with its per-param
+counter) stays declarable but is not a preset: inference would otherwise
+explain the very defect that option describes (the mutation gate, run with
+--undeclared, checks that it does not).
 """
 from __future__ import annotations
 
@@ -44,10 +51,8 @@ def catalog() -> dict[str, tuple[str, object]]:
         "pytorch_optimizer.lamb": ("lamb", lamb.PYTORCH_OPTIMIZER_LAMB),
         "optax.lamb": ("lamb", lamb.OPTAX_LAMB),
         "torch.sgd": ("sgd", sgd.TORCH_SGD),
-        "zero_buffer.sgd": ("sgd", sgd.ZERO_BUFFER_SGD),
         "decoupled.sgd": ("sgd", sgd.DECOUPLED_SGD),
         "reference.lion": ("lion", lion.REFERENCE_LION),
-        "copysign.lion": ("lion", lion.COPYSIGN_LION),
         "deepspeed.cpu_lion": ("lion", lion.DEEPSPEED_LION),
     }
 
