@@ -1,7 +1,12 @@
 """A crashing, hanging or raising target costs one error row; the sweep goes on."""
 import json
+import sys
+import time
+
+import pytest
 
 from oracle.compare.cli import main
+from oracle.compare.procs import MemoryLimitExceeded, run_child
 
 CASE = "adamw/fp32/wd0.1/single/normal"
 
@@ -23,12 +28,18 @@ def test_segfault_is_an_error_row_and_the_sweep_continues(tmp_path):
     assert "## Errors" in md and "SIGSEGV" in md
 
 
-def test_hang_is_killed_at_the_time_limit(tmp_path):
+def test_hang_is_killed_at_the_time_limit(tmp_path, capsys):
+    t0 = time.monotonic()
     code, rows, _ = sweep(tmp_path, "tests.broken.crashing:HangingAdamW", "tests.broken.adamw:CorrectAdamW",
                           timeout="30")  # long enough for a correct case on a loaded 2-core machine
     assert code == 1
     assert rows["HangingAdamW"]["status"] == "error" and "timed out after 30 s" in rows["HangingAdamW"]["reason"]
     assert rows["CorrectAdamW"]["status"] == "pass"
+    # the undeclared targets were fingerprinted first: the hanging one's first probe gave up at --timeout
+    # (not at the inference's whole budget, 10 x --timeout), and the sweep went on
+    err = capsys.readouterr().err
+    assert "ran past 30 s" in err and "judging it by its declarations" in err
+    assert time.monotonic() - t0 < 8 * 30, "the inference waited out its whole budget"
 
 
 def test_exception_mid_step_is_reported_with_its_cause(tmp_path):
@@ -39,7 +50,7 @@ def test_exception_mid_step_is_reported_with_its_cause(tmp_path):
     assert "kernel launch failed" in row["checks"]["error"]["note"]
 
 
-def test_memory_limit_kills_the_worker_and_costs_one_row(tmp_path):
+def test_memory_limit_kills_the_worker_and_costs_one_row(tmp_path, capsys):
     args = ["--optimizer", "adamw", "--case", CASE, "--timeout", "120", "--report-dir", str(tmp_path), "--quiet",
             "--memory-limit", "1000", "--impl", "tests.broken.crashing:MemoryHogAdamW",
             "--impl", "tests.broken.adamw:CorrectAdamW"]
@@ -48,3 +59,18 @@ def test_memory_limit_kills_the_worker_and_costs_one_row(tmp_path):
     assert rows["MemoryHogAdamW"]["status"] == "error"
     assert "exceeded the memory limit of 1000 MB" in rows["MemoryHogAdamW"]["reason"]
     assert rows["CorrectAdamW"]["status"] == "pass"
+    # its inference, too, was stopped by the limit rather than by its time budget
+    err = capsys.readouterr().err
+    assert "inferring impl:tests.broken.crashing:MemoryHogAdamW exceeded the memory limit of 1000 MB" in err
+
+
+def test_the_memory_limit_holds_for_a_child_interpreter():
+    """procs.run_child (the inference, the --impl import probe) kills a child whose resident memory
+    passes the limit, instead of waiting for its timeout."""
+    code = "b = bytearray(600 << 20); import time; time.sleep(60)"
+    t0 = time.monotonic()
+    with pytest.raises(MemoryLimitExceeded, match="memory limit of 300 MB"):
+        run_child([sys.executable, "-c", code], timeout=60, memory_limit_mb=300)
+    assert time.monotonic() - t0 < 30
+    done = run_child([sys.executable, "-c", "print('ok')"], timeout=60, memory_limit_mb=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok"

@@ -148,19 +148,25 @@ def infer_target(target, args) -> dict | None:
     exported to the worker processes; None when it could not run (said on stderr; the target is then
     judged by what it declares)."""
     from .infer import lines
-    from .procs import run_child
+    from .procs import MemoryLimitExceeded, run_child
     from .targets.declare import ENV, export
     name = target.name[len("impl:"):] if target.name.startswith("impl:") else target.name
+    # each probe is one short case: --timeout bounds it (a hang costs one case's time, not the budget),
+    # and --memory-limit bounds the whole inference as it bounds one worker
     cmd = [sys.executable, "-m", "oracle.compare.infer", name, "--optimizer", target.optimizer, "--device",
-           args.device, "--seed", str((args.seed or [0])[0]), "--json"]
+           args.device, "--seed", str((args.seed or [0])[0]), "--json", "--probe-timeout", str(args.timeout)]
     print(f"inferring the conventions of {target.name} (--no-infer to skip) ...", file=sys.stderr, flush=True)
     try:
         # (the inference drops any exported inference from its own environment itself)
-        out = run_child(cmd, min(INFER_TIMEOUT, 10 * args.timeout), {**os.environ, "OMP_NUM_THREADS": "1"})
+        out = run_child(cmd, min(INFER_TIMEOUT, 10 * args.timeout), {**os.environ, "OMP_NUM_THREADS": "1"},
+                        memory_limit_mb=args.memory_limit)
         found = json.loads(out.stdout)
     except subprocess.TimeoutExpired:
         print(f"warning: inferring {target.name} did not finish in time; judging it by its declarations",
               file=sys.stderr)
+        return None
+    except MemoryLimitExceeded as exc:
+        print(f"warning: inferring {target.name} {exc}; judging it by its declarations", file=sys.stderr)
         return None
     except ValueError:
         tail = " ".join(out.stderr.strip().splitlines()[-1:])

@@ -121,10 +121,25 @@ def probe_cases(target, dtypes) -> list:
     return out
 
 
+# (monotonic start, case name) of the probe running now; read by the --probe-timeout watchdog
+_running: list = [None, ""]
+_backstop_s: list = [None]  # a GIL-free last resort (faulthandler), armed per probe when watched
+
+
 def run_probe(target, case, seed: int, device: str) -> Probe:
+    import faulthandler
+
     from .explain import describe
     from .run import run_case
-    res = run_case(target, case, seed, device, checks=PROBE_CHECKS)
+    _running[:] = [time.monotonic(), case.name]
+    if _backstop_s[0]:
+        faulthandler.dump_traceback_later(_backstop_s[0], exit=True)
+    try:
+        res = run_case(target, case, seed, device, checks=PROBE_CHECKS)
+    finally:
+        _running[:] = [None, ""]
+        if _backstop_s[0]:
+            faulthandler.cancel_dump_traceback_later()
     if res.status == "pass":
         return Probe(case.name, True)
     return Probe(case.name, False, res.reason if res.status == "error" else describe(res))
@@ -305,6 +320,29 @@ def teach(target, case, seed: int, device: str, failing=()) -> str:
 
 # --- command line ----------------------------------------------------------------------------------
 
+PROBE_EXIT = 3  # a probe ran past --probe-timeout
+
+
+def watch_probes(limit_s: float, poll_s: float = 0.5) -> None:
+    """A daemon thread that ends this process (status PROBE_EXIT, the probe named on stderr) when one
+    probe has run longer than `limit_s`: a step that never returns holds the main thread, so only
+    another thread can notice. A step stuck in native code that holds the GIL stops that thread
+    too: faulthandler's timer (its own C thread) then ends the process a little later, with every
+    thread's traceback on stderr."""
+    import threading
+    _backstop_s[0] = limit_s + 10.0
+
+    def watch():
+        while True:
+            time.sleep(poll_s)
+            started, name = _running
+            if started is not None and time.monotonic() - started > limit_s:
+                print(f"error: probe {name} ran past {limit_s:g} s (the --timeout of one case)", file=sys.stderr,
+                      flush=True)
+                os._exit(PROBE_EXIT)
+    threading.Thread(target=watch, name="probe-timeout", daemon=True).start()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m oracle.compare.infer",
                                 description="Fingerprint an optimizer and print the convention it follows.")
@@ -313,7 +351,12 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--probe-timeout", type=float, default=None, metavar="S",
+                   help="give up (exit 3) when one probe runs longer than this: the CLI passes its --timeout, "
+                        "so a hanging optimizer costs one case's time here, not the whole inference budget")
     args = p.parse_args(argv)
+    if args.probe_timeout:
+        watch_probes(args.probe_timeout)
     from .targets.declare import ENV
     from .targets.user import declared_axes, load_impl, resolve
     os.environ.pop(ENV, None)  # judge it afresh, not as an earlier inference left it

@@ -63,16 +63,38 @@ def own_group() -> None:
         os.setpgid(0, 0)
 
 
-def run_child(argv: list, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+class MemoryLimitExceeded(RuntimeError):
+    """A child run by run_child grew past its memory limit (it was killed)."""
+
+
+MEMORY_POLL_S = 0.25
+
+
+def run_child(argv: list, timeout: float, env: dict | None = None,
+              memory_limit_mb: float | None = None) -> subprocess.CompletedProcess:
     """Run a fresh interpreter the CLI depends on (the --impl import probe, the inference)
     to its end: in a process group of its own, dying with this process (LAUNCHER_ENV),
-    its whole group killed on timeout (subprocess.TimeoutExpired is raised after),
-    interrupt or any other way out of here. stdout and stderr come back as text."""
+    its whole group killed on timeout (subprocess.TimeoutExpired is raised after), when
+    its resident memory with its children passes `memory_limit_mb` (MemoryLimitExceeded),
+    on interrupt or any other way out of here. stdout and stderr come back as text."""
     env = {**(os.environ if env is None else env), LAUNCHER_ENV: str(os.getpid())}
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+    deadline = time.monotonic() + timeout
     try:
-        out, err = proc.communicate(timeout=timeout)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                # communicate may be called again after its timeout: output read so far is kept
+                out, err = proc.communicate(timeout=min(left, MEMORY_POLL_S) if memory_limit_mb else left)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise
+            rss = tree_rss_mb([proc.pid]).get(proc.pid, 0.0)
+            if rss > memory_limit_mb:
+                raise MemoryLimitExceeded(f"exceeded the memory limit of {memory_limit_mb:g} MB "
+                                          f"(resident {rss:.0f} MB)")
     finally:
         kill_group(proc.pid)
         proc.wait()
@@ -151,5 +173,5 @@ def tree_rss_mb(pids) -> dict[int, float]:
     return out
 
 
-__all__ = ["LAUNCHER_ENV", "die_with_launcher", "die_with_parent", "run_child", "kill_group", "make_tmp", "own_group", "remove_tmp", "sweep_stale_tmp",
+__all__ = ["LAUNCHER_ENV", "MemoryLimitExceeded", "die_with_launcher", "die_with_parent", "run_child", "kill_group", "make_tmp", "own_group", "remove_tmp", "sweep_stale_tmp",
            "tree_rss_mb"]
