@@ -34,6 +34,23 @@ def failing_report(tmp_path_factory):
     return folder, json.loads((folder / "report.json").read_text())
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Make `--dist loadgroup` group again. pytest-xdist (3.8) marks an item's group by appending
+    "@group" to `item._nodeid`, and its scheduler sends every id with the same suffix to one
+    worker; pytest 9 keeps the id in `item._id`, so the suffix was lost and each group's tests were
+    scattered over the workers (the mutation gate, a session fixture, then ran once per worker).
+    Where a grouped item's id lacks the suffix, add it the way xdist means to."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import coerce_node_id
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
+
+
 EXEMPT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 

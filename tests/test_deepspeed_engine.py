@@ -33,7 +33,7 @@ Z1_ROUNDTRIPS = [de.Spec("engine_roundtrip", 1, "adamw", 1, v) for v in (f"save@
 Z1_ROUNDTRIP_W2 = de.Spec("engine_roundtrip", 1, "adamw", 2, f"save@{de.N_STEPS}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: xdist may interleave other modules, re-running it
 def world1():
     specs = [Z0_CONSTRUCTION, Z0_ROUNDTRIP, *Z1_ROUNDTRIPS]
     return dict(zip(specs, de.run_world(specs, 1)))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from fused import FusedAdam, _ext
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: xdist may interleave other modules, re-running it
 def ext():
     return _ext.cpu()
 

@@ -25,14 +25,24 @@ CONTROLS = [e for e in ENTRIES if not e.kind.endswith("mutant")]
 # turns into a failure, so the marker is removed with the fix.
 PENDING: dict = {}
 
-# the gate (a module fixture, two processes of its own) runs once, on one xdist worker
+# the gate (a session fixture, two processes of its own) runs once, on one xdist worker
 pytestmark = pytest.mark.xdist_group("mutants")
 
 
-@pytest.fixture(scope="module")
+# session, not module: under xdist --dist loadgroup a worker may run other modules' tests between
+# these, and a module fixture would then be torn down and the gate run again (it was, twice per CI run)
+@pytest.fixture(scope="session")
 def gate():
     rows = K.run_all([e for e in ENTRIES if not e.gpu_only], jobs=2)
     return {r.entry.name: r for r in rows}
+
+
+def test_the_gate_runs_on_one_worker(request):
+    """Under --dist loadgroup (CI) this module's tests carry their group in their ids, which is what
+    sends them all to one worker, so the gate runs once (tests/conftest.py)."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not run under pytest-xdist --dist loadgroup")
+    assert request.node.nodeid.endswith("@mutants"), request.node.nodeid
 
 
 def test_catalog_is_complete():

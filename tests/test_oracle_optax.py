@@ -139,7 +139,7 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: xdist may interleave other modules, re-running it
 def optax_runs():
     """Each optax trajectory once (the eager runs are the slow part)."""
     return {}
