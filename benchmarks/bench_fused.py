@@ -37,7 +37,7 @@ Where LAMB's time goes (16M fp32, 2 cores, quiet machine, one run): grad norm 1.
 stage 2 4.6 ms, against 10.3 ms for our AdamW step, about 2.0x in all. The bytes model is not the
 bound on this machine: a plain axpy moves 64 GB/s, and AdamW reaches only about 43 GB/s because its
 divisions and square root (three divides per element) limit it, not memory. Stage 1 does AdamW's
-arithmetic plus the clip division (skipped when nothing is clipped) and the two sums of squares, so it
+arithmetic plus the clip division and the two sums of squares, so it
 cannot be faster than an AdamW step. What is left after that is stage 2 and the norm pass, about 6 ms
 that only memory bounds, which puts the floor near 1.6x. Getting below it would mean changing the
 arithmetic the oracle specifies (reciprocals instead of divisions, float32 sums), which we have not done.

@@ -192,7 +192,7 @@ template <class T> double chunk_sumsq(const T* x, int64_t n, double scale) {
 // over the tile while it is in L1 (p just read, u just written), so memory is
 // read once. The sums are separate loops: GCC does not vectorize the update
 // loop with double reductions in it.
-template <bool Stream, bool Clipped, class Op> void lamb_update_chunk(const Op op, int64_t n, double* sums) {
+template <bool Stream, class Op> void lamb_update_chunk(const Op op, int64_t n, double* sums) {
   double p2 = 0.0, u2 = 0.0;
   alignas(64) float tile[kTile];
   for (int64_t base = 0; base < n; base += kTile) {
@@ -202,7 +202,7 @@ template <bool Stream, bool Clipped, class Op> void lamb_update_chunk(const Op o
     for (int64_t i = 0; i < len; ++i) {
       typename Op::Regs r;
       op.load(r, base + i);
-      u[i] = op.template moments<Clipped>(r, base + i);
+      u[i] = op.moments(r, base + i);
     }
     p2 += chunk_sumsq(op.p + base, len, 1.0);
     u2 += chunk_sumsq(u, len, 1.0);
@@ -289,10 +289,8 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
     {
       work.run([&](int64_t t, int64_t start, int64_t n) {
         const Update op([&](int k) { return lists.ptr(k, t); }, start, clip, s);
-        double* sums = partials.at(t, start);
-        const bool clipped = clip != 1.0f;
-        if (stream) clipped ? lamb_update_chunk<true, true>(op, n, sums) : lamb_update_chunk<true, false>(op, n, sums);
-        else clipped ? lamb_update_chunk<false, true>(op, n, sums) : lamb_update_chunk<false, false>(op, n, sums);
+        if (stream) lamb_update_chunk<true>(op, n, partials.at(t, start));
+        else lamb_update_chunk<false>(op, n, partials.at(t, start));
       });
 #pragma omp single
       {

@@ -148,10 +148,8 @@ template <class G, class P, class M> struct LambUpdateOp {
   OPTIM_HD void load(Regs& r, int64_t i) const {
     r.g = to_float(g[i]); r.p = to_float(p[i]); r.m = to_float(m[i]); r.v = to_float(v[i]);
   }
-  // Clipped = false: the caller has checked clip == 1 (a constant lets the
-  // compiler drop the division from the loop).
-  template <bool Clipped = true> OPTIM_HD float moments(Regs& r, int64_t i) const {
-    const float update = lamb_moments_update(r.p, r.m, r.v, r.g, Clipped ? clip : 1.0f, s);
+  OPTIM_HD float moments(Regs& r, int64_t i) const {
+    const float update = lamb_moments_update(r.p, r.m, r.v, r.g, clip, s);
     m[i] = from_float<M>(r.m); v[i] = from_float<M>(r.v);
     return update;
   }

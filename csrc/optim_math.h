@@ -178,9 +178,7 @@ OPTIM_HD double lamb_clip_divisor(double grad_sumsq, double max_grad_norm) {
 OPTIM_HD float lamb_moments_update(float p, float& m, float& v, float grad, float clip,
                                    const LambScalars& s) {
   float g = grad * s.inv_scale;
-  // g/1 is g: skipping it changes no result, and saves a division (the
-  // costliest op here) in every step that is not clipped
-  if (clip != 1.0f) g = g / clip;
+  g = g / clip;
   if (!s.decoupled) g = g + s.l2_wd * p;
   m = s.beta1 * m + s.beta3 * g;
   v = s.beta2 * v + s.one_minus_beta2 * (g * g);

@@ -121,9 +121,10 @@ def probe_cases(target, dtypes) -> list:
     return out
 
 
-# (monotonic start, case name) of the probe running now; read by the --probe-timeout watchdog
+# The probe running now (monotonic start, case name), read by the --probe-timeout watchdog; its
+# limit (None: not watched) arms faulthandler per probe as a GIL-free last resort.
 _running: list = [None, ""]
-_backstop_s: list = [None]  # a GIL-free last resort (faulthandler), armed per probe when watched
+_probe_limit_s: list = [None]
 
 
 def run_probe(target, case, seed: int, device: str) -> Probe:
@@ -131,14 +132,15 @@ def run_probe(target, case, seed: int, device: str) -> Probe:
 
     from .explain import describe
     from .run import run_case
+    limit = _probe_limit_s[0]
     _running[:] = [time.monotonic(), case.name]
-    if _backstop_s[0]:
-        faulthandler.dump_traceback_later(_backstop_s[0], exit=True)
+    if limit:
+        faulthandler.dump_traceback_later(limit + BACKSTOP_S, exit=True)
     try:
         res = run_case(target, case, seed, device, checks=PROBE_CHECKS)
     finally:
         _running[:] = [None, ""]
-        if _backstop_s[0]:
+        if limit:
             faulthandler.cancel_dump_traceback_later()
     if res.status == "pass":
         return Probe(case.name, True)
@@ -321,6 +323,7 @@ def teach(target, case, seed: int, device: str, failing=()) -> str:
 # --- command line ----------------------------------------------------------------------------------
 
 PROBE_EXIT = 3  # a probe ran past --probe-timeout
+BACKSTOP_S = 10.0  # faulthandler ends a probe this long after the watchdog should have
 
 
 def watch_probes(limit_s: float, poll_s: float = 0.5) -> None:
@@ -330,7 +333,7 @@ def watch_probes(limit_s: float, poll_s: float = 0.5) -> None:
     too: faulthandler's timer (its own C thread) then ends the process a little later, with every
     thread's traceback on stderr."""
     import threading
-    _backstop_s[0] = limit_s + 10.0
+    _probe_limit_s[0] = limit_s
 
     def watch():
         while True:

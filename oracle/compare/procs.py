@@ -89,7 +89,7 @@ def run_child(argv: list, timeout: float, env: dict | None = None,
                 out, err = proc.communicate(timeout=min(left, MEMORY_POLL_S) if memory_limit_mb else left)
                 break
             except subprocess.TimeoutExpired:
-                if time.monotonic() >= deadline:
+                if not memory_limit_mb or time.monotonic() >= deadline:
                     raise
             rss = tree_rss_mb([proc.pid]).get(proc.pid, 0.0)
             if rss > memory_limit_mb:
