@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prebuild DeepSpeed's CPU optimizer ops (cpu_adam, cpu_adagrad, fused_adam) once
+# Prebuild DeepSpeed's CPU optimizer ops (cpu_adam, cpu_adagrad, fused_adam, cpu_lion) once
 # into a reusable torch-extensions cache, so tests and harness runs only load them.
 #
 #   scripts/build_deepspeed_ops.sh [DIR]        # default: oracle.compare.targets.deepspeed.default_extensions_dir()
@@ -30,5 +30,5 @@ mkdir -p "$TORCH_EXTENSIONS_DIR"
 echo "DeepSpeed CPU ops: cache $TORCH_EXTENSIONS_DIR" >&2
 "$PY" -m oracle.compare.targets.deepspeed --print-key >&2
 start=$(date +%s)
-"$PY" -m oracle.compare.targets.deepspeed --build "$TORCH_EXTENSIONS_DIR" --ops "${OPS:-cpu_adam,cpu_adagrad,fused_adam}"
+"$PY" -m oracle.compare.targets.deepspeed --build "$TORCH_EXTENSIONS_DIR" ${OPS:+--ops "$OPS"}
 echo "total $(( $(date +%s) - start )) s; export TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR" >&2

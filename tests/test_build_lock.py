@@ -66,3 +66,32 @@ def test_the_fused_extension_loads_past_a_stale_lock(tmp_path):
                          capture_output=True, text=True, timeout=600, env=env, cwd=Path(__file__).parent.parent)
     assert out.returncode == 0 and "loaded" in out.stdout, out.stderr[-2000:]
     assert "stale build lock" in out.stderr
+
+
+_DS_LION = """
+import torch
+from oracle.compare.optimizers.lion import deepspeed_lion_targets
+(target,) = deepspeed_lion_targets()
+p = torch.nn.Parameter(torch.ones(8))
+opt = target.make([{"params": [p]}], {"lr": 0.1})
+p.grad = torch.ones(8)
+opt.step()
+print("stepped", p.detach()[0].item())
+"""
+
+
+def test_a_deepspeed_target_makes_past_a_stale_lock(tmp_path):
+    """A DeepSpeed target's make loads its op under build_lock before the optimizer's constructor asks
+    DeepSpeed for it: a repro script killed at its timeout mid-load left torch's lock file in the shared
+    op cache, and every later construction waited for it (CI ran out of time on that)."""
+    from oracle.compare.targets import deepspeed as ds
+    if ds.op_unavailable("cpu_lion"):
+        pytest.skip(ds.op_unavailable("cpu_lion"))
+    where = ds.build_ops(ops=("cpu_lion",))["TORCH_EXTENSIONS_DIR"]  # built (or loaded) here first
+    shutil.copytree(Path(where) / "cpu_lion", tmp_path / "cpu_lion", ignore=shutil.ignore_patterns("lock", "*.flock"))
+    (tmp_path / "cpu_lion" / "lock").write_text("")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "DS_ACCELERATOR": "cpu"}
+    out = subprocess.run([sys.executable, "-c", _DS_LION], capture_output=True, text=True, timeout=600, env=env,
+                         cwd=Path(__file__).parent.parent)
+    assert out.returncode == 0 and "stepped 0.89999997" in out.stdout, out.stderr[-2000:]
+    assert "stale build lock" in out.stderr

@@ -4,6 +4,7 @@ fixed / not run / not applicable); the CLI's exit status follows it; `diff` comp
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import subprocess
@@ -58,6 +59,15 @@ def repro_env(entry) -> dict:
     return env
 
 
+@functools.lru_cache(maxsize=None)
+def prebuilt_deepspeed_ops(where: str) -> dict:
+    """Build (or load) every DeepSpeed op the scripts use, once per worker and under fused.build_lock:
+    scripts that JIT-built an op themselves raced each other under torch's own lock file, and one killed
+    at its timeout left that file behind, so every later script waited out its timeout too."""
+    from oracle.compare.targets.deepspeed import build_ops
+    return build_ops(where)
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.id)
 def test_repro_still_reproduces_on_its_listed_versions(entry):
     """strict xfail for the evidence: where the entry applies, its script must still show the defect."""
@@ -68,8 +78,13 @@ def test_repro_still_reproduces_on_its_listed_versions(entry):
         import torch
         if not torch.cuda.is_available():
             pytest.skip(f"{entry.id} is for {', '.join(entry.devices)}")
+    env = repro_env(entry)
+    if entry.library == "deepspeed":
+        built = prebuilt_deepspeed_ops(env["TORCH_EXTENSIONS_DIR"])
+        failed = {op: r for op, r in built.items() if isinstance(r, str) and r.startswith("failed")}
+        assert not failed, f"DeepSpeed ops did not build, so {entry.id} cannot run: {failed}"
     out = subprocess.run([sys.executable, str(entry.repro_path())], capture_output=True, text=True, timeout=600,
-                         cwd=ROOT, env=repro_env(entry))
+                         cwd=ROOT, env=env)
     assert out.returncode == 0, (f"{entry.id} no longer reproduces on {entry.library} "
                                  f"{VERSIONS.get(entry.library)} ({K.FIXED_HINT}):\n{out.stdout}{out.stderr}")
 

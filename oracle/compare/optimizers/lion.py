@@ -31,28 +31,19 @@ def deepspeed_lion_targets() -> list:
     from oracle.lion import DEEPSPEED_LION, DEFAULTS
 
     from ..targets.base import Target
-    from ..targets.deepspeed import configure_env, deepspeed_unavailable
+    from ..targets.deepspeed import load_op, op_unavailable
     from ..targets.extra import make_factory
 
     def requires(device: str):
         if device != "cpu":
             return "DeepSpeed CPU Lion runs on cpu only"
-        reason = deepspeed_unavailable()
-        if reason:
-            return reason
-        try:
-            from deepspeed.ops.op_builder import CPULionBuilder
-            if not CPULionBuilder().is_compatible(verbose=False):
-                return "deepspeed op cpu_lion is not compatible with this system"
-        except Exception as exc:  # noqa: BLE001 - any failure means "not available", with the reason
-            return f"deepspeed op cpu_lion: {type(exc).__name__}: {exc}"
-        return None
+        return op_unavailable("cpu_lion")
 
     factory = make_factory("deepspeed.ops.lion.DeepSpeedCPULion", {"lr", "betas", "weight_decay"}, "DeepSpeed",
                            DEFAULTS)
 
     def make(groups, defaults):
-        configure_env()
+        load_op("cpu_lion")  # under fused.build_lock (see targets.deepspeed._make), then cached
         return factory(groups, defaults)
 
     return [Target(name="deepspeed.cpu_lion", optimizer="lion", make=make, convention=DEEPSPEED_LION,

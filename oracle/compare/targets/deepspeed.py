@@ -4,7 +4,7 @@ Nothing here imports deepspeed at module import time: `deepspeed_targets()`
 returns Target objects whose `requires` says why they are unusable (never
 raises) and whose `make` imports deepspeed on first use.
 
-The CPU ops (cpu_adam, cpu_adagrad, fused_adam) are C++ extensions that
+The CPU ops (cpu_adam, cpu_adagrad, fused_adam, cpu_lion) are C++ extensions that
 DeepSpeed JIT-compiles through torch.utils.cpp_extension the first time they
 are loaded (~40-115 s each on 2 cores). torch puts the build under
 $TORCH_EXTENSIONS_DIR/<op>/ and reuses it when the sources and flags are
@@ -105,8 +105,9 @@ DS_CPU_ADAM = AdamConvention(decay="l2", eps_mode="outside", bias_correction=Tru
                              fp32_hparams=True)
 DS_CPU_ADAGRAD = DEEPSPEED_ADAGRAD
 
-OPS = ("cpu_adam", "cpu_adagrad", "fused_adam")
-_BUILDERS = {"cpu_adam": "CPUAdamBuilder", "cpu_adagrad": "CPUAdagradBuilder", "fused_adam": "FusedAdamBuilder"}
+OPS = ("cpu_adam", "cpu_adagrad", "fused_adam", "cpu_lion")
+_BUILDERS = {"cpu_adam": "CPUAdamBuilder", "cpu_adagrad": "CPUAdagradBuilder", "fused_adam": "FusedAdamBuilder",
+             "cpu_lion": "CPULionBuilder"}
 
 
 # --- environment and op cache -------------------------------------------------
@@ -248,7 +249,10 @@ def op_unavailable(op: str) -> str | None:
 
 def load_op(op: str, announce: bool = False):
     """Build (first time, into TORCH_EXTENSIONS_DIR) or load a CPU op. A build says on stderr what it
-    builds, where and why (announce: a cached load says so too)."""
+    builds, where and why (announce: a cached load says so too). Once loaded, an op is kept for the
+    process, as DeepSpeed's own builders keep it."""
+    if op in _LOADED and not announce:
+        return _LOADED[op]
     where = configure_env()
     from deepspeed.ops import op_builder
     key = cache_key()
@@ -265,7 +269,11 @@ def load_op(op: str, announce: bool = False):
         module = builder.load(verbose=False)
     if reason:
         _stamp(op, where, key)
+    _LOADED[op] = module
     return module
+
+
+_LOADED: dict = {}
 
 
 def build_ops(extensions_dir: str | None = None, ops=OPS) -> dict:
@@ -306,10 +314,13 @@ def _memoize_cpu_info() -> None:
             module.get_cpu_info = cpuinfo.get_cpu_info
 
 
-def _make(cls_path: str, kind: str, **flags):
+def _make(cls_path: str, kind: str, op: str, **flags):
     def make(groups, defaults):
         mod, _, name = cls_path.rpartition(".")
-        configure_env()
+        # Load the op under fused.build_lock before the constructor asks DeepSpeed for it (then
+        # cached in-process): torch's own `lock` file, left behind by a process killed mid-load,
+        # would make every later load wait forever.
+        load_op(op)
         _memoize_cpu_info()
         cls = getattr(importlib.import_module(mod), name)
         lib = f"DeepSpeed CPU {kind}"
@@ -341,17 +352,17 @@ def deepspeed_targets() -> list[Target]:
                   masters=False, options=frozenset(), state_dtype="float32")
     return [
         Target(name="deepspeed.cpu_adam.adamw", optimizer="adamw", convention=DS_CPU_ADAMW,
-               make=_make("deepspeed.ops.adam.DeepSpeedCPUAdam", "adam", adamw_mode=True),
+               make=_make("deepspeed.ops.adam.DeepSpeedCPUAdam", "adam", "cpu_adam", adamw_mode=True),
                requires=_requires("cpu_adam"), **common,
                notes=f"{ver} DeepSpeedCPUAdam(adamw_mode=True): decoupled p += -lr*wd*p "
                      f"(cpu_adam.h:201-205)" + adam_notes),
         Target(name="deepspeed.cpu_adam.adam", optimizer="adam", convention=DS_CPU_ADAM,
-               make=_make("deepspeed.ops.adam.DeepSpeedCPUAdam", "adam", adamw_mode=False),
+               make=_make("deepspeed.ops.adam.DeepSpeedCPUAdam", "adam", "cpu_adam", adamw_mode=False),
                requires=_requires("cpu_adam"), **common,
                notes=f"{ver} DeepSpeedCPUAdam(adamw_mode=False): L2 g = p*wd + g (cpu_adam.h:188-190)"
                      + adam_notes),
         Target(name="deepspeed.cpu_adagrad", optimizer="adagrad", convention=DS_CPU_ADAGRAD,
-               make=_make("deepspeed.ops.adagrad.DeepSpeedCPUAdagrad", "adagrad"),
+               make=_make("deepspeed.ops.adagrad.DeepSpeedCPUAdagrad", "adagrad", "cpu_adagrad"),
                requires=_requires("cpu_adagrad"), state_names=(("exp_avg_sq", "sum"),), **common,
                notes=f"{ver} DeepSpeedCPUAdagrad: g' = g + wd*p used in the accumulator AND the "
                      "numerator (cpu_adagrad.h:103-110, cpu_adagrad.cpp:41-47) = torch L2; eps outside; "
@@ -359,13 +370,13 @@ def deepspeed_targets() -> list[Target]:
                      "initial_accumulator_value or maximize; the scalar tail overwrites p.grad with the "
                      "update term (cpu_adagrad.cpp:49-50)"),
         Target(name="deepspeed.fused_adam.cpu.adamw", optimizer="adamw", convention=DS_CPU_ADAMW,
-               make=_make("deepspeed.ops.adam.FusedAdam", "adam", adam_w_mode=True),
+               make=_make("deepspeed.ops.adam.FusedAdam", "adam", "fused_adam", adam_w_mode=True),
                requires=_requires("fused_adam"), **common,
                notes=f"{ver} FusedAdam on the CPU accelerator: csrc/cpu/adam/fused_adam.cpp calls "
                      "ds_adam_step, so the math is DeepSpeedCPUAdam's; declared per-param counter, but "
                      "step() advances only the last param's state['step'] (fused_adam.py:177-193)"),
         Target(name="deepspeed.fused_adam.cpu.adam", optimizer="adam", convention=DS_CPU_ADAM,
-               make=_make("deepspeed.ops.adam.FusedAdam", "adam", adam_w_mode=False),
+               make=_make("deepspeed.ops.adam.FusedAdam", "adam", "fused_adam", adam_w_mode=False),
                requires=_requires("fused_adam"), **common,
                notes=f"{ver} FusedAdam(adam_w_mode=False) on the CPU accelerator; see the adamw target"),
     ] + engine_targets()
@@ -424,9 +435,11 @@ def _client_optimizer(name: str, groups: list, defaults: dict):
     if name == "adagrad":
         return torch.optim.Adagrad(groups, **defaults)
     if name in ("cpu_adam", "cpu_adamw"):
+        load_op("cpu_adam")  # under fused.build_lock, see _make
         from deepspeed.ops.adam import DeepSpeedCPUAdam
         return DeepSpeedCPUAdam(groups, adamw_mode=(name == "cpu_adamw"), **defaults)
     if name == "cpu_adagrad":
+        load_op("cpu_adagrad")
         from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
         return DeepSpeedCPUAdagrad(groups, **defaults)
     raise ValueError(f"unknown engine optimizer {name!r}; expected one of {ENGINE_OPTIMIZERS}")
