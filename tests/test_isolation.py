@@ -74,3 +74,41 @@ def test_the_memory_limit_holds_for_a_child_interpreter():
     assert time.monotonic() - t0 < 30
     done = run_child([sys.executable, "-c", "print('ok')"], timeout=60, memory_limit_mb=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok"
+
+
+def test_a_worker_that_dies_starting_is_replaced(tmp_path, monkeypatch, capsys):
+    """A fresh clone on a loaded machine once took longer than the start-up limit to import torch, and
+    the first slow worker ended the whole run: a failed start is now retried."""
+    from oracle.compare import isolate
+    start = isolate.Pool._start
+
+    def first_one_dies(self):
+        start(self)
+        if self.started == 1:
+            self.workers[-1].proc.kill()  # before it could import anything
+
+    monkeypatch.setattr(isolate.Pool, "_start", first_one_dies)
+    code, rows, _ = sweep(tmp_path, "tests.broken.adamw:CorrectAdamW")
+    assert rows["CorrectAdamW"]["status"] == "pass"
+    assert not [r for r in rows.values() if r["status"] == "error"]
+    err = capsys.readouterr().err
+    assert "warning: worker process did not start: worker died with signal SIGKILL; starting another (1 of 3" in err
+
+
+def test_workers_that_never_start_end_the_run_with_a_clear_error(tmp_path, monkeypatch, capsys):
+    """Each retry doubles the limit; after STARTUP_ATTEMPTS the run stops, saying why, without a traceback."""
+    from oracle.compare import isolate
+    start = isolate.Pool._start
+
+    def too_short(self):
+        self.startup_timeout = 0.01  # nothing imports torch that fast
+        start(self)
+
+    monkeypatch.setattr(isolate.Pool, "_start", too_short)
+    code = main(["--optimizer", "adamw", "--case", CASE, "--target", "torch.adamw.forloop", "--report-dir",
+                 str(tmp_path), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert ("error: 3 worker processes in a row did not start: worker process did not start within 0.01 s; "
+            "worker process did not start within 0.02 s; worker process did not start within 0.04 s") in err
+    assert "no report written" in err and not (tmp_path / "report.json").exists()

@@ -390,7 +390,7 @@ def _main(argv) -> int:
         return EXIT_OK
     from .console import Progress, job_label
     from .driver import rows
-    from .isolate import Pool, default_jobs
+    from .isolate import Pool, WorkerStartError, default_jobs
     from .publish import ReportDirError, ReportLock
     try:  # one run per report folder, for the whole run (released when the process ends)
         lock = ReportLock(args.report_dir, ["python", "-m", "oracle.compare", *argv], wait=args.wait,
@@ -413,7 +413,7 @@ def _main(argv) -> int:
             results += got
             where += [positions[n - 1]] * len(got)
             progress.advance(got, job_label(job), job_label(work[n]) if n < len(work) else "")
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, WorkerStartError) as exc:
         complete = False
         progress.close()
         if pool is not None:  # jobs that finished out of order on other workers
@@ -422,12 +422,13 @@ def _main(argv) -> int:
                 results += got
                 where += [positions[i]] * len(got)
                 finished += 1
+        stopped = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}; stopped"
         if not finished:
             lock.release()
-            print("interrupted before any case finished: no report written (the previous one is left as it was)",
+            print(f"{stopped} before any case finished: no report written (the previous one is left as it was)",
                   file=sys.stderr)
             return EXIT_INTERRUPTED
-        print("interrupted: writing the cases finished so far (report marked incomplete)", file=sys.stderr)
+        print(f"{stopped}: writing the cases finished so far (report marked incomplete)", file=sys.stderr)
     finally:
         progress.close()
         if pool is not None:  # every worker's process group killed, its folder removed

@@ -24,6 +24,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 from collections import deque
 from multiprocessing.connection import wait
@@ -31,6 +32,10 @@ from multiprocessing.connection import wait
 from . import procs
 
 STARTUP_TIMEOUT = 120.0  # importing torch on a busy 2-core machine
+# A worker that dies or is still importing at its limit is replaced, with twice the limit, this many
+# times in a row before the run gives up: a fresh clone on a loaded machine once needed more than
+# 120 s to import torch cold, and one slow start used to end the whole sweep.
+STARTUP_ATTEMPTS = 3
 POLL_S = 0.5             # how often the memory of busy workers is read
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
@@ -118,10 +123,14 @@ class _PatchedEnv:
                 os.environ[k] = v
 
 
+class WorkerStartError(RuntimeError):
+    """No worker process could be started (STARTUP_ATTEMPTS in a row): the environment, not a target."""
+
+
 class Worker:
     """One worker process; started without waiting for it (`ready` says when it is)."""
 
-    def __init__(self, index: int = 0):
+    def __init__(self, index: int = 0, startup_timeout: float = STARTUP_TIMEOUT):
         self.tmp = procs.make_tmp(index)
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
@@ -129,6 +138,7 @@ class Worker:
         self.proc = ctx.Process(target=_worker, args=(child, os.getpid()), daemon=False,
                                 name=f"oracle-worker-{index}")
         self.started = time.monotonic()
+        self.startup_deadline = self.started + startup_timeout
         with _PatchedEnv({**THREAD_ENV, "TMPDIR": self.tmp}):
             self.proc.start()
         child.close()
@@ -172,13 +182,15 @@ class Pool:
                  startup_timeout: float = STARTUP_TIMEOUT):
         self.jobs, self.timeout, self.memory_limit_mb = max(1, jobs), timeout, memory_limit_mb
         self.startup_timeout = startup_timeout
+        self.start_failures: list[str] = []  # why each start failed since a worker last came up
         self.workers: list[Worker] = []
         self.results: dict = {}
         self.started = 0
         self.stats = {"workers_started": 0, "import_s": [], "spawn_s": []}
 
     def _start(self) -> None:
-        self.workers.append(Worker(self.started))
+        limit = self.startup_timeout * 2 ** len(self.start_failures)
+        self.workers.append(Worker(self.started, limit))
         self.started += 1
         self.stats["workers_started"] += 1
 
@@ -225,8 +237,7 @@ class Pool:
     def _wait(self, work) -> None:
         now = time.monotonic()
         # busy workers' job deadlines and starting workers' start-up deadlines (idle ones have none)
-        deadlines = [w.job[1] if w.job else w.started + self.startup_timeout
-                     for w in self.workers if w.job or not w.ready]
+        deadlines = [w.job[1] if w.job else w.startup_deadline for w in self.workers if w.job or not w.ready]
         wake = min(deadlines, default=now + 60.0) - now
         if self.memory_limit_mb:
             wake = min(wake, POLL_S)
@@ -257,6 +268,7 @@ class Pool:
         kind, payload = msg
         if kind == "ready":
             w.ready, w.info = True, payload
+            self.start_failures.clear()
             self.stats["spawn_s"].append(time.monotonic() - w.started)
             self.stats["import_s"].append(payload.get("import_s", 0.0))
         elif kind == "result" and w.job is not None:
@@ -269,7 +281,7 @@ class Pool:
         self._retire(w)
         if job is None:
             if not w.ready:
-                raise RuntimeError(f"worker process did not start: {why}")
+                self._start_failed(f"worker process did not start: {why}")
             return
         target, case, seed = work[job[0]]
         self.results[job[0]] = error_result(target.name, target.optimizer, case.name, seed, case.steps, why)
@@ -281,12 +293,22 @@ class Pool:
         for w in list(self.workers):
             if w.job is not None and now >= w.job[1]:
                 self._lost(w, f"timed out after {self.timeout:g} s (worker killed)", work)
-            elif w.job is None and not w.ready and now >= w.started + self.startup_timeout:
+            elif w.job is None and not w.ready and now >= w.startup_deadline:
                 self._retire(w)
-                raise RuntimeError(f"worker process did not start within {self.startup_timeout:g} s")
+                self._start_failed(f"worker process did not start within {w.startup_deadline - w.started:g} s")
             elif w.job is not None and self.memory_limit_mb and rss.get(w.pid, 0.0) > self.memory_limit_mb:
                 self._lost(w, f"exceeded the memory limit of {self.memory_limit_mb:g} MB "
                               f"(resident {rss[w.pid]:.0f} MB; worker killed)", work)
+
+    def _start_failed(self, why: str) -> None:
+        """The next _fill replaces the worker, with a doubled limit, until STARTUP_ATTEMPTS failed in a row."""
+        self.start_failures.append(why)
+        if len(self.start_failures) >= STARTUP_ATTEMPTS:
+            raise WorkerStartError(f"{len(self.start_failures)} worker processes in a row did not start: "
+                                   + "; ".join(self.start_failures))
+        print(f"warning: {why}; starting another ({len(self.start_failures)} of {STARTUP_ATTEMPTS} attempts "
+              f"failed; its limit {self.startup_timeout * 2 ** len(self.start_failures):g} s)",
+              file=sys.stderr, flush=True)
 
     def close(self) -> None:
         for w in list(self.workers):
@@ -301,4 +323,4 @@ def run_isolated(work, device: str, timeout: float, jobs: int = 1, memory_limit_
     yield from pool.run(work, device)
 
 
-__all__ = ["Pool", "Worker", "default_jobs", "error_result", "run_isolated"]
+__all__ = ["Pool", "Worker", "WorkerStartError", "default_jobs", "error_result", "run_isolated"]
