@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prebuild DeepSpeed's CPU optimizer ops (cpu_adam, cpu_adagrad, fused_adam, cpu_lion) once
+# Prebuild DeepSpeed's CPU optimizer ops (cpu_adam, cpu_adagrad, fused_adam, cpu_lion, shm_comm) once
 # into a reusable torch-extensions cache, so tests and harness runs only load them.
 #
 #   scripts/build_deepspeed_ops.sh [DIR]        # default: oracle.compare.targets.deepspeed.default_extensions_dir()
@@ -11,7 +11,7 @@
 # keyed by python/torch/deepspeed versions, SIMD level (-march=native) and where torch
 # and deepspeed are installed (torch's build file holds absolute paths, so another venv
 # would rebuild). Each op says whether it is cached or why it is built.
-# Timings on 2 cores (AVX-512): cpu_adam ~73 s, cpu_adagrad ~40 s, fused_adam ~116 s;
+# Timings on 2 cores (AVX-512): cpu_adam ~73 s, cpu_adagrad ~40 s, fused_adam ~116 s, cpu_lion ~35 s, shm_comm ~20 s;
 # a cached load takes ~2 s (mostly importing deepspeed).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -39,3 +39,73 @@ def test_ci_builds_into_the_shared_cache():
     assert "bash scripts/build_deepspeed_ops.sh\n" in ci
     script = (ROOT / "scripts" / "build_deepspeed_ops.sh").read_text()
     assert "--print-dir" in script and "--print-key" in script
+
+
+# --- DeepSpeed's shared-memory allreduce buffers ---------------------------------------------------
+
+_INIT = """
+import os, sys
+import torch.distributed as tdist
+from oracle.compare.targets import deepspeed as dst
+if os.environ.get("WORLD_SIZE", "1") == "1":
+    dst.init_single_process()
+else:
+    dst.init_distributed()
+world = tdist.get_world_size()
+maps = open("/proc/self/maps").read()
+for r in range(world):
+    path = dst.shm_buffer_path(r)
+    print(r, "mapped" if path in maps else "unmapped", "exists" if os.path.exists(path) else "gone")
+tdist.barrier() if world > 1 else None
+"""
+
+
+def _shm_op_or_skip():
+    reason = dst.op_unavailable("shm_comm")
+    if reason:
+        import pytest
+        pytest.skip(reason)
+
+
+def _run_ranks(world: int, tmp_path) -> tuple[list, dict]:
+    import subprocess
+    import sys
+
+    from oracle.compare import ranks
+    env = {k: v for k, v in ranks.rank_env(world).items() if k not in ("RANK", "LOCAL_RANK")}
+    env["DS_ACCELERATOR"] = "cpu"
+    if world == 1:  # init_single_process sets its own rendezvous
+        env = {k: v for k, v in env.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_SIZE")}
+    procs = [subprocess.Popen([sys.executable, "-c", _INIT], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+             for r in range(world)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    # only our lines (DeepSpeed prints to stdout too)
+    return ["\n".join(ln for ln in out.splitlines() if ln[:2] in ("0 ", "1 ")) for out, _ in outs], env
+
+
+def test_init_leaves_no_shm_buffer_behind(tmp_path):
+    """DeepSpeed's CPU shm comm op creates a 67 MB /dev/shm buffer per rank and never unlinks it; a day
+    of test runs left 20 GB of them. The buffer is created (the process maps it) and already unlinked."""
+    _shm_op_or_skip()
+    (out,), _ = _run_ranks(1, tmp_path)
+    assert out.split() == ["0", "mapped", "gone"], out
+
+
+def test_two_ranks_map_each_others_buffers_and_leave_none(tmp_path):
+    _shm_op_or_skip()
+    outs, env = _run_ranks(2, tmp_path)
+    for out in outs:  # each rank still maps both buffers (the allreduce works), neither name is left
+        assert out.splitlines() == ["0 mapped gone", "1 mapped gone"], out
+    assert not Path(dst.shm_buffer_path(0, env["MASTER_ADDR"], env["MASTER_PORT"])).exists()
+
+
+def test_the_rank_launcher_removes_buffers_of_killed_ranks():
+    from oracle.compare import ranks
+    env = ranks.rank_env(2)
+    paths = [Path(dst.shm_buffer_path(r, env["MASTER_ADDR"], env["MASTER_PORT"])) for r in range(2)]
+    for p in paths:  # as a rank killed before it could unlink its buffer leaves them
+        p.write_bytes(b"x")
+    ranks.release_shm(env, 2)
+    assert not any(p.exists() for p in paths)

@@ -78,7 +78,17 @@ def spawn(argv: Callable[[int], list], world: int, work: str, timeout: float, en
         for p in procs:
             kill_group(p.pid)
             p.wait()
+        release_shm(env, world)
     return collect(work, [p.returncode for p in procs], err)
+
+
+def release_shm(env: dict, world: int) -> None:
+    """Unlink DeepSpeed's shm allreduce buffers of this group (targets.deepspeed.init_distributed): a rank
+    unlinks its own after the group is up, but one killed before that would leave 67 MB in /dev/shm."""
+    from .targets.deepspeed import shm_buffer_path
+    for rank in range(world):
+        with contextlib.suppress(OSError):
+            os.unlink(shm_buffer_path(rank, env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")))
 
 
 def fork(target: Callable, args: Callable[[int], tuple], world: int, work: str, timeout: float) -> tuple[list, str | None]:

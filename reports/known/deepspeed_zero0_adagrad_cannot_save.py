@@ -28,8 +28,10 @@ def free_port() -> int:
 # a world of one in this process: inherited rendezvous settings (a live store's port) must not leak in
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 for k, v in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(free_port())), ("RANK", "0"),
-             ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("LOCAL_SIZE", "1")):
+             ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
     os.environ[k] = v
+# LOCAL_SIZE unset: with it, DeepSpeed's CPU shm allreduce (unused here) leaves a 67 MB buffer in /dev/shm
+os.environ.pop("LOCAL_SIZE", None)
 
 import torch  # noqa: E402
 import deepspeed  # noqa: E402

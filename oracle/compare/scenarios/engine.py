@@ -120,13 +120,10 @@ def init_dist() -> tuple[int, int]:
     """torch.distributed over gloo: world size 1 in this process unless RANK/WORLD_SIZE are set."""
     from datetime import timedelta
 
-    from ..targets.deepspeed import configure_env, init_single_process
+    from ..targets.deepspeed import configure_env, init_distributed, init_single_process
     configure_env()
     if "WORLD_SIZE" in os.environ and os.environ["WORLD_SIZE"] != "1":
-        import deepspeed
-        import torch.distributed as tdist
-        if not tdist.is_initialized():
-            deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds=90))
+        init_distributed(timeout=timedelta(seconds=90))
     else:
         init_single_process()
     import torch.distributed as tdist

@@ -105,9 +105,10 @@ DS_CPU_ADAM = AdamConvention(decay="l2", eps_mode="outside", bias_correction=Tru
                              fp32_hparams=True)
 DS_CPU_ADAGRAD = DEEPSPEED_ADAGRAD
 
-OPS = ("cpu_adam", "cpu_adagrad", "fused_adam", "cpu_lion")
+# shm_comm: the shared-memory allreduce every deepspeed.init_distributed on the CPU accelerator loads.
+OPS = ("cpu_adam", "cpu_adagrad", "fused_adam", "cpu_lion", "shm_comm")
 _BUILDERS = {"cpu_adam": "CPUAdamBuilder", "cpu_adagrad": "CPUAdagradBuilder", "fused_adam": "FusedAdamBuilder",
-             "cpu_lion": "CPULionBuilder"}
+             "cpu_lion": "CPULionBuilder", "shm_comm": "ShareMemCommBuilder"}
 
 
 # --- environment and op cache -------------------------------------------------
@@ -420,10 +421,39 @@ def init_single_process(port: int | None = None) -> None:
     os.environ.setdefault("MASTER_PORT", str(port or free_port()))  # never pid-derived: it can collide
     for k, v in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("LOCAL_SIZE", "1")):
         os.environ.setdefault(k, v)
+    init_distributed()
+
+
+def init_distributed(**kwargs) -> None:
+    """deepspeed.init_distributed over gloo (idempotent; kwargs passed on), leaving no shared memory behind.
+
+    With LOCAL_SIZE equal to the world size, DeepSpeed's CPU shm comm op creates one 67 MB
+    /dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank> per rank and never unlinks it
+    (ops/csrc/cpu/comm/shm.cpp, 0.19.8): /dev/shm is memory, and a day of test runs left 296 of them,
+    20 GB of a 24 GB machine, which then crawled. Every rank maps every other rank's buffer before
+    init_distributed returns, so after a barrier each rank unlinks its own name; the memory is freed
+    when the last process mapping it exits, killed or not."""
     import torch.distributed as tdist
+    if tdist.is_initialized():
+        return
+    if op_unavailable("shm_comm") is None:
+        load_op("shm_comm")  # under fused.build_lock; DeepSpeed then finds it loaded
     import deepspeed
-    if not tdist.is_initialized():
-        deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed.init_distributed(dist_backend="gloo", **kwargs)
+    if tdist.get_world_size() > 1:
+        tdist.barrier()
+    try:
+        os.unlink(shm_buffer_path(tdist.get_rank()))
+    except FileNotFoundError:  # no shm allreduce here (LOCAL_SIZE unset or different, or not Linux)
+        pass
+
+
+def shm_buffer_path(rank: int, addr: str | None = None, port: str | None = None) -> str:
+    """Where DeepSpeed's shm comm op puts a process group's buffer for `rank` (shm.cpp shm_initialize);
+    the group's MASTER_ADDR/MASTER_PORT, this process's by default."""
+    addr = os.environ.get("MASTER_ADDR", "") if addr is None else addr
+    port = os.environ.get("MASTER_PORT", "") if port is None else port
+    return f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{rank}"
 
 
 def _client_optimizer(name: str, groups: list, defaults: dict):
@@ -638,7 +668,7 @@ def engine_construction_probe(optimizer_name: str, zero_stage: int, dtype: str, 
 
 __all__ = ["DS_CPU_ADAGRAD", "DS_CPU_ADAM", "DS_CPU_ADAMW", "EngineRun", "build_ops", "configure_env",
            "deepspeed_targets", "deepspeed_unavailable", "default_extensions_dir", "engine_construction_probe",
-           "init_single_process", "load_op", "op_unavailable"]
+           "init_distributed", "init_single_process", "load_op", "op_unavailable", "shm_buffer_path"]
 
 
 if __name__ == "__main__":  # python -m oracle.compare.targets.deepspeed --build [DIR]
