@@ -45,6 +45,14 @@ def rank_env(world: int, port: int | None = None, **extra) -> dict:
             **extra}
 
 
+def shm_buffer_path(rank: int, addr: str | None = None, port: str | None = None) -> str:
+    """Where DeepSpeed's CPU shm comm op puts a process group's buffer for `rank` (ops/csrc/cpu/comm/shm.cpp
+    shm_initialize, 0.19.8); the group's MASTER_ADDR/MASTER_PORT, this process's by default."""
+    addr = os.environ.get("MASTER_ADDR", "") if addr is None else addr
+    port = os.environ.get("MASTER_PORT", "") if port is None else port
+    return f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{rank}"
+
+
 def kill_group(pid: int) -> None:
     """SIGKILL a rank's whole process group (the rank is its group's leader)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -85,7 +93,6 @@ def spawn(argv: Callable[[int], list], world: int, work: str, timeout: float, en
 def release_shm(env: dict, world: int) -> None:
     """Unlink DeepSpeed's shm allreduce buffers of this group (targets.deepspeed.init_distributed): a rank
     unlinks its own after the group is up, but one killed before that would leave 67 MB in /dev/shm."""
-    from .targets.deepspeed import shm_buffer_path
     for rank in range(world):
         with contextlib.suppress(OSError):
             os.unlink(shm_buffer_path(rank, env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")))

@@ -93,7 +93,7 @@ import time
 from oracle.adagrad import DEEPSPEED_ADAGRAD
 from oracle.adam import AdamConvention
 
-from ..ranks import free_port
+from ..ranks import free_port, shm_buffer_path
 from .base import EngineSpec, Target
 from .extra import translate
 
@@ -446,14 +446,6 @@ def init_distributed(**kwargs) -> None:
         os.unlink(shm_buffer_path(tdist.get_rank()))
     except FileNotFoundError:  # no shm allreduce here (LOCAL_SIZE unset or different, or not Linux)
         pass
-
-
-def shm_buffer_path(rank: int, addr: str | None = None, port: str | None = None) -> str:
-    """Where DeepSpeed's shm comm op puts a process group's buffer for `rank` (shm.cpp shm_initialize);
-    the group's MASTER_ADDR/MASTER_PORT, this process's by default."""
-    addr = os.environ.get("MASTER_ADDR", "") if addr is None else addr
-    port = os.environ.get("MASTER_PORT", "") if port is None else port
-    return f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{rank}"
 
 
 def _client_optimizer(name: str, groups: list, defaults: dict):
