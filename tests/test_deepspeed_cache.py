@@ -52,6 +52,8 @@ if os.environ.get("WORLD_SIZE", "1") == "1":
 else:
     dst.init_distributed()
 world = tdist.get_world_size()
+if world > 1:
+    tdist.barrier()  # every rank past init_distributed: each has unlinked its own name
 maps = open("/proc/self/maps").read()
 for r in range(world):
     path = dst.shm_buffer_path(r)

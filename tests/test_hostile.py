@@ -49,6 +49,13 @@ def none_survive(tag: str, within: float = 30.0) -> list[str]:
     return left
 
 
+def default_sigint() -> None:
+    """In the child: SIGINT as a terminal leaves it. A pytest started in the background by a
+    non-interactive shell (`cmd &`, nohup) ignores SIGINT, the CLI would inherit that, and the Ctrl-C
+    tests would test nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Run:
     def __init__(self, tmp_path: Path, *args, env=None, preexec_fn=None):
         self.tag = uuid.uuid4().hex
@@ -57,7 +64,7 @@ class Run:
         self.proc = subprocess.Popen([sys.executable, "-m", "oracle.compare", *args], cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {}), TAG: self.tag, "TMPDIR": str(self.tmp)},
-                                     preexec_fn=preexec_fn)
+                                     preexec_fn=preexec_fn or default_sigint)
 
     def finish(self, timeout=300):
         out, err = self.proc.communicate(timeout=timeout)

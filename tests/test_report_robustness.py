@@ -15,8 +15,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cli(*args, **kw):
+    # SIGINT at its default in the child, as a terminal leaves it (a pytest started with `&` ignores it)
     return subprocess.Popen([sys.executable, "-m", "oracle.compare", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
 def test_ctrl_c_writes_the_finished_cases_marked_incomplete(tmp_path):

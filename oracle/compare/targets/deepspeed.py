@@ -109,6 +109,8 @@ DS_CPU_ADAGRAD = DEEPSPEED_ADAGRAD
 OPS = ("cpu_adam", "cpu_adagrad", "fused_adam", "cpu_lion", "shm_comm")
 _BUILDERS = {"cpu_adam": "CPUAdamBuilder", "cpu_adagrad": "CPUAdagradBuilder", "fused_adam": "FusedAdamBuilder",
              "cpu_lion": "CPULionBuilder", "shm_comm": "ShareMemCommBuilder"}
+# The op's folder and library name under TORCH_EXTENSIONS_DIR (its builder's NAME) where it differs.
+_FOLDERS = {"shm_comm": "deepspeed_shm_comm"}
 
 
 # --- environment and op cache -------------------------------------------------
@@ -177,8 +179,9 @@ STAMP = ".oracle-build.json"  # in <extensions dir>/<op>/: the cache_key() the o
 def build_reason(op: str, extensions_dir: str, key: dict | None = None) -> str | None:
     """None when a build of `op` for this setup is cached in `extensions_dir`; else why it gets built."""
     key = key or cache_key()
-    folder = os.path.join(extensions_dir, op)
-    if not os.path.exists(os.path.join(folder, f"{op}.so")):
+    name = _FOLDERS.get(op, op)
+    folder = os.path.join(extensions_dir, name)
+    if not os.path.exists(os.path.join(folder, f"{name}.so")):
         return f"no build of it in {folder} yet"
     try:
         with open(os.path.join(folder, STAMP)) as fh:
@@ -194,7 +197,7 @@ def build_reason(op: str, extensions_dir: str, key: dict | None = None) -> str |
 
 def _stamp(op: str, extensions_dir: str, key: dict) -> None:
     try:
-        with open(os.path.join(extensions_dir, op, STAMP), "w") as fh:
+        with open(os.path.join(extensions_dir, _FOLDERS.get(op, op), STAMP), "w") as fh:
             json.dump(key, fh, indent=1)
     except OSError:
         pass
