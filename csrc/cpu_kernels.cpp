@@ -6,6 +6,8 @@
 #include <limits>
 #include <vector>
 
+#include <omp.h>
+
 #if defined(__SSE__)
 #include <immintrin.h>
 #endif
@@ -44,11 +46,21 @@ class WorkList {
   // handing chunks out one at a time (dynamic) interleaves the threads'
   // streams and made a read-only pass 1.7x slower at 16M on 2 cores (it did
   // let an idle thread take over a descheduled one's chunks). Results do not
-  // depend on which thread runs a chunk.
-  template <class Body> void run(const Body& body) const {
+  // depend on which thread runs a chunk, nor in which order. No barrier at the
+  // end: the caller places one where a later pass reads what this one wrote.
+  //
+  // Backward (each thread walks its own range from the end) serves a pass
+  // that follows a forward pass over the same arrays: it starts on the data
+  // the previous pass touched last, which is still in cache (LAMB's stage 2
+  // after stage 1, the grad norm before stage 1).
+  template <class Body> void run(const Body& body, bool backward = false) const {
     const int64_t blocks = int64_t(work_.block_slot.size());
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
+    const int threads = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t share = blocks / threads, extra = blocks % threads;
+    const int64_t lo = me * share + std::min<int64_t>(me, extra);
+    const int64_t hi = lo + share + (me < extra ? 1 : 0);
+    for (int64_t k = 0; k < hi - lo; ++k) {
+      const int64_t b = backward ? hi - 1 - k : lo + k;
       const int64_t t = work_.tensors[size_t(work_.block_slot[size_t(b)])];
       const int64_t start = work_.block_chunk[size_t(b)] * kChunk;
       body(t, start, std::min(kChunk, numel_[size_t(t)] - start));
@@ -56,6 +68,7 @@ class WorkList {
   }
 
   int64_t total() const { return total_; }
+  int64_t blocks() const { return int64_t(work_.block_slot.size()); }
 
  private:
   const std::vector<int64_t>& numel_;
@@ -64,10 +77,11 @@ class WorkList {
 };
 
 // Calls body(t, start, n) for every chunk of every tensor, in parallel.
-template <class Body> void for_each_chunk(const std::vector<int64_t>& numel, int threads, const Body& body) {
+template <class Body>
+void for_each_chunk(const std::vector<int64_t>& numel, int threads, const Body& body, bool backward = false) {
   const WorkList work(numel);
 #pragma omp parallel num_threads(threads) if (work.parallel(threads))
-  work.run(body);
+  work.run(body, backward);
 }
 
 // By value: a local op's pointers cannot alias the stores, so they stay in
@@ -102,14 +116,17 @@ template <int Width> class ChunkPartials {
 
   double* at(int64_t t, int64_t start) { return &values_[size_t(offsets_[size_t(t)] + start / kChunk) * Width]; }
 
+  // Tensor t's total of partial k.
+  double total(size_t t, int k) const {
+    double sum = 0.0;
+    for (int64_t c = offsets_[t]; c < offsets_[t + 1]; ++c) sum += values_[size_t(c) * Width + size_t(k)];
+    return sum;
+  }
+
   // out[k][t] = tensor t's total of partial k.
   void totals(double* const (&out)[Width]) const {
     for (size_t t = 0; t + 1 < offsets_.size(); ++t) {
-      for (int k = 0; k < Width; ++k) {
-        double total = 0.0;
-        for (int64_t c = offsets_[t]; c < offsets_[t + 1]; ++c) total += values_[size_t(c) * Width + size_t(k)];
-        out[k][t] = total;
-      }
+      for (int k = 0; k < Width; ++k) out[k][t] = total(t, k);
     }
   }
 
@@ -142,17 +159,13 @@ inline void stream_fence() {
 #endif
 }
 
-// u of one tile, 4 KiB: it stays in L1 between the update loop and streaming out.
-constexpr int64_t kTile = 1024;
+// u of one tile, 512 B: small, so that the update loop and the sums over its
+// tile interleave finely and the sums' arithmetic overlaps the loads of the
+// next tile (a 4 KiB tile left stage 1 1.2 ms slower at 16M).
+constexpr int64_t kTile = 128;
 // Buckets whose u is at least this large stream u past the caches; smaller
 // ones keep it cached for stage 2 (it then still sits in L2/L3).
 constexpr int64_t kStreamBytes = int64_t(8) << 20;
-
-// Sum of (x*scale)^2 in double. kLanes independent partial sums: one
-// accumulator would make every add wait for the previous one (4 cycles), and
-// the loop would run at a quarter of the rate memory delivers. The lanes are
-// added in a fixed order, so the result depends only on x and n.
-constexpr int kLanes = 32;
 
 // Unscaled, the square of a float is exact in double (24-bit significands),
 // so a fused multiply-add rounds exactly where x*x followed by + would: the
@@ -164,36 +177,64 @@ constexpr bool kFma = true;
 constexpr bool kFma = false;
 #endif
 
-template <bool Fma, class T> double lanes_sumsq(const T* x, int64_t n, double scale) {
-  double acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+// Sum of (x*scale)^2 in double over one chunk, fed in pieces. kLanes
+// independent partial sums: one accumulator would make every add wait for the
+// previous one (4 cycles), and the loop would run at a quarter of the rate
+// memory delivers. Element i of the chunk goes to lane i % kLanes (pieces other
+// than the last are whole multiples of kLanes), and the lanes are added in a
+// fixed order once per chunk: the result depends only on the chunk's values,
+// not on how it was cut into pieces. Adding the lanes once per chunk, not once
+// per piece, matters: that is 31 dependent adds, as long as the piece's
+// arithmetic when pieces are LAMB's small tiles.
+template <bool Fma> class SumSq {
+ public:
+  static constexpr int kLanes = 32;
+
+  explicit SumSq(double scale) : scale_(scale) {}
+
+  template <class T> void add(const T* x, int64_t n) {
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
 #pragma omp simd
-    for (int j = 0; j < kLanes; ++j) {
-      const double v = double(to_float(x[i + j])) * scale;
-      acc[j] = Fma ? std::fma(v, v, acc[j]) : acc[j] + v * v;
+      for (int j = 0; j < kLanes; ++j) acc_[j] = term(x[i + j], acc_[j]);
     }
+    for (int j = 0; i < n; ++i, ++j) acc_[j] = term(x[i], acc_[j]);
   }
-  for (int j = 0; i < n; ++i, ++j) {
-    const double v = double(to_float(x[i])) * scale;
-    acc[j] = Fma ? std::fma(v, v, acc[j]) : acc[j] + v * v;
+
+  double total() const {
+    double sum = 0.0;
+    for (int j = 0; j < kLanes; ++j) sum += acc_[j];
+    return sum;
   }
-  double total = 0.0;
-  for (int j = 0; j < kLanes; ++j) total += acc[j];
-  return total;
-}
+
+ private:
+  template <class T> double term(T x, double acc) const {
+    const double v = double(to_float(x)) * scale_;
+    return Fma ? std::fma(v, v, acc) : acc + v * v;
+  }
+
+  alignas(64) double acc_[kLanes] = {};
+  double scale_;
+};
 
 template <class T> double chunk_sumsq(const T* x, int64_t n, double scale) {
-  return (kFma && scale == 1.0) ? lanes_sumsq<kFma>(x, n, 1.0) : lanes_sumsq<false>(x, n, scale);
+  if (kFma && scale == 1.0) {
+    SumSq<kFma> sum(1.0);
+    sum.add(x, n);
+    return sum.total();
+  }
+  SumSq<false> sum(scale);
+  sum.add(x, n);
+  return sum.total();
 }
 
 // LAMB stage 1 over one chunk: moments, u, and sums[0..1] = the chunk's sums
-// of p^2 and u^2 (double). Tile by tile: the update loop, then the two sums
-// over the tile while it is in L1 (p just read, u just written), so memory is
-// read once. The sums are separate loops: GCC does not vectorize the update
-// loop with double reductions in it.
+// of p^2 and u^2 (double, as chunk_sumsq would give). Tile by tile: the update
+// loop, then the two sums over the tile while it is in L1 (p just read, u just
+// written), so memory is read once. The sums are separate loops: GCC does not
+// vectorize the update loop with double reductions in it.
 template <bool Stream, class Op> void lamb_update_chunk(const Op op, int64_t n, double* sums) {
-  double p2 = 0.0, u2 = 0.0;
+  SumSq<kFma> p2(1.0), u2(1.0);
   alignas(64) float tile[kTile];
   for (int64_t base = 0; base < n; base += kTile) {
     const int64_t len = std::min(kTile, n - base);
@@ -204,14 +245,64 @@ template <bool Stream, class Op> void lamb_update_chunk(const Op op, int64_t n, 
       op.load(r, base + i);
       u[i] = op.moments(r, base + i);
     }
-    p2 += chunk_sumsq(op.p + base, len, 1.0);
-    u2 += chunk_sumsq(u, len, 1.0);
+    p2.add(op.p + base, len);
+    u2.add(u, len);
     if constexpr (Stream) stream_floats(op.u + base, tile, len);
   }
   if constexpr (Stream) stream_fence();
-  sums[0] = p2;
-  sums[1] = u2;
+  sums[0] = p2.total();
+  sums[1] = u2.total();
 }
+
+// LAMB tensors of at most this many elements go whole to one thread, stage 1
+// then stage 2 back to back: their u (1 MiB at most, never streamed) and
+// params are still in L2/L3 when stage 2 reads them, so u does not go to
+// memory and p is read from memory once. Larger tensors are cut into chunks
+// that all threads share, and their stage 2 waits for every chunk of stage 1
+// (a tensor's norms need all of it). Either way a tensor's norms are the same
+// per-chunk partials added in chunk order: the path does not change results.
+constexpr int64_t kWholeMax = int64_t(1) << 18;
+
+// Which LAMB tensors are done whole (numel <= kWholeMax) and which thread does
+// each: thread k of n takes those whose first element, counting the whole
+// tensors' elements in order, falls in the k-th n-th of their total.
+class WholeTensors {
+ public:
+  explicit WholeTensors(const std::vector<int64_t>& numel) : first_(numel.size(), -1) {
+    for (size_t t = 0; t < numel.size(); ++t) {
+      if (numel[t] <= kWholeMax) {
+        first_[t] = total_;
+        total_ += numel[t];
+        ++count_;
+      }
+    }
+  }
+
+  bool whole(size_t t) const { return first_[t] >= 0; }
+  int64_t total() const { return total_; }
+  int64_t count() const { return count_; }
+
+  bool mine(size_t t, int me, int threads) const {
+    if (!whole(t)) return false;
+    // Zero-element tensors by position, so that they are shared out too.
+    const int64_t at = total_ > 0 ? first_[t] * threads / total_ : 0;
+    return std::min<int64_t>(at, threads - 1) == me;
+  }
+
+  // The element counts of the tensors that are not whole (0 for whole ones).
+  std::vector<int64_t> chunked(const std::vector<int64_t>& numel) const {
+    std::vector<int64_t> out(numel);
+    for (size_t t = 0; t < out.size(); ++t) {
+      if (whole(t)) out[t] = 0;
+    }
+    return out;
+  }
+
+ private:
+  std::vector<int64_t> first_;
+  int64_t total_ = 0;
+  int64_t count_ = 0;
+};
 
 }  // namespace
 
@@ -253,13 +344,15 @@ void lion(const TensorLists& lists, const StorageKinds& kinds, const LionScalars
   });
 }
 
+// Backward: LAMB's grad norm, so that stage 1, which walks the grads forward
+// next, starts on the ones this pass left in cache.
 void sumsq(const TensorLists& lists, Dtype dtype, double scale, double* out, int threads) {
   ChunkPartials<1> partials(lists.numel);
   with_storage(dtype, [&](auto x) {
     using T = decltype(x);
     for_each_chunk(lists.numel, threads, [&](int64_t t, int64_t start, int64_t n) {
       *partials.at(t, start) = chunk_sumsq(static_cast<const T*>(lists.ptr(0, t)) + start, n, scale);
-    });
+    }, /*backward=*/true);
   });
   partials.totals({out});
 }
@@ -270,11 +363,14 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
   std::fill_n(p_sumsq, tensors, 0.0);
   std::fill_n(u_sumsq, tensors, 0.0);
   if (s.skip) return;
-  const WorkList work(lists.numel);
+  const WholeTensors whole(lists.numel);
+  const std::vector<int64_t> chunked_numel = whole.chunked(lists.numel);
+  const WorkList work(chunked_numel);
   ChunkPartials<2> partials(lists.numel);
   std::vector<float> factors(tensors);
   const bool stream = work.total() * int64_t(sizeof(float)) >= kStreamBytes;
-  const bool parallel = work.parallel(threads);
+  const bool parallel = threads > 1 && work.blocks() + whole.count() > 1 &&
+                        work.total() + whole.total() >= kParallelMin;
   with_kinds(kinds, [&](auto g, auto p, auto m, auto master) {
     using Update = LambUpdateOp<decltype(g), decltype(p), decltype(m)>;
     using Apply = LambApplyOp<decltype(g), decltype(p), decltype(master)::value>;
@@ -283,25 +379,43 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
     }
     // Stage 2's slots within the call's lists: update, param [, model].
     constexpr int kApplySlot[3] = {4, 1, 5};
-    // One parallel region for both stages (one wake-up of the threads); the
-    // barriers after the first loop and after `single` order the stages.
+    auto stage1 = [&](int64_t t, int64_t start, int64_t n, bool streamed) {
+      const Update op([&](int k) { return lists.ptr(k, t); }, start, clip, s);
+      if (streamed) lamb_update_chunk<true>(op, n, partials.at(t, start));
+      else lamb_update_chunk<false>(op, n, partials.at(t, start));
+    };
+    auto factor = [&](size_t t) {
+      p_sumsq[t] = partials.total(t, 0);
+      u_sumsq[t] = partials.total(t, 1);
+      factors[t] = float(lamb_step_factor(trust.lr, p_sumsq[t], u_sumsq[t], trust.use_ratio));
+    };
+    auto stage2 = [&](int64_t t, int64_t start, int64_t n) {
+      run_chunk(Apply([&](int k) { return lists.ptr(kApplySlot[k], t); }, start, factors[size_t(t)]), n);
+    };
+    // One parallel region for everything (one wake-up of the threads). Each
+    // thread runs its share of the chunked tensors' stage 1, then its whole
+    // tensors start to finish; the barrier and the one ending `single` order
+    // the chunked tensors' stages. Stage 2 walks backward, from where stage 1
+    // ended, on the params still in cache.
 #pragma omp parallel num_threads(threads) if (parallel)
     {
-      work.run([&](int64_t t, int64_t start, int64_t n) {
-        const Update op([&](int k) { return lists.ptr(k, t); }, start, clip, s);
-        if (stream) lamb_update_chunk<true>(op, n, partials.at(t, start));
-        else lamb_update_chunk<false>(op, n, partials.at(t, start));
-      });
-#pragma omp single
-      {
-        partials.totals({p_sumsq, u_sumsq});
-        for (size_t t = 0; t < tensors; ++t) {
-          factors[t] = float(lamb_step_factor(trust.lr, p_sumsq[t], u_sumsq[t], trust.use_ratio));
+      work.run([&](int64_t t, int64_t start, int64_t n) { stage1(t, start, n, stream); });
+      const int me = omp_get_thread_num(), team = omp_get_num_threads();
+      for (size_t t = 0; t < tensors; ++t) {
+        if (!whole.mine(t, me, team)) continue;
+        const int64_t n = lists.numel[t];
+        for (int64_t start = 0; start < n; start += kChunk) stage1(int64_t(t), start, std::min(kChunk, n - start), false);
+        factor(t);
+        for (int64_t start = (n - 1) / kChunk * kChunk; start >= 0 && n > 0; start -= kChunk) {
+          stage2(int64_t(t), start, std::min(kChunk, n - start));
         }
       }
-      work.run([&](int64_t t, int64_t start, int64_t n) {
-        run_chunk(Apply([&](int k) { return lists.ptr(kApplySlot[k], t); }, start, factors[size_t(t)]), n);
-      });
+#pragma omp barrier
+#pragma omp single
+      for (size_t t = 0; t < tensors; ++t) {
+        if (!whole.whole(t)) factor(t);
+      }
+      work.run(stage2, /*backward=*/true);
     }
   });
 }

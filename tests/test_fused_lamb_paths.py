@@ -1,0 +1,101 @@
+"""The CPU LAMB kernel's two ways through a tensor give the same bits.
+
+Tensors of at most 2**18 elements go whole to one thread (stage 1 then stage 2 while the tensor is in
+cache); larger ones are cut into 64Ki chunks shared by the threads, with u streamed past the caches
+when the chunked tensors hold 8 MiB or more (csrc/cpu_kernels.cpp). Which way a tensor goes depends on
+its size and on the other tensors of the call, never on its values, so a tensor must come out the same
+whether it is stepped alone or with others, on one thread or two; and its norms must be the plain
+per-chunk sums of squares that the `sumsq` kernel computes.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fused import _ext
+
+WHOLE_MAX = 2 ** 18
+CHUNK = 2 ** 16
+# Both sides of the whole/chunked boundary and of a chunk boundary, an empty tensor, and one large
+# enough that the chunked tensors of the joint call stream u (8 MiB of u is 2**21 floats).
+SIZES = [0, 5, CHUNK + 1, WHOLE_MAX, WHOLE_MAX + 1, 2 ** 21 + 3]
+HYPER = dict(max_grad_norm=1.0, lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-6, wd=0.01)
+
+
+def tensors(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for n in SIZES:
+        g = torch.randn(n, generator=gen) * 1e-2
+        p = torch.randn(n, generator=gen)
+        m = torch.randn(n, generator=gen) * 1e-3
+        v = torch.rand(n, generator=gen) * 1e-4
+        out.append(dict(g=g, p=p, m=m, v=v, u=torch.full((n,), float("nan"))))
+    return out
+
+
+def step(items, grad_sumsq, threads):
+    """One LAMB step of `items` in one kernel call; returns the kernel's per-tensor (p_sumsq, u_sumsq)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        h = HYPER
+        return _ext.cpu().lamb([t["g"] for t in items], [t["p"] for t in items], [t["m"] for t in items],
+                               [t["v"] for t in items], [t["u"] for t in items], [], grad_sumsq,
+                               h["max_grad_norm"], h["lr"], h["beta1"], h["beta2"], h["eps"], h["wd"],
+                               True, True, True, False, 3, 1.0)
+    finally:
+        torch.set_num_threads(before)
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.int32) if x.dtype == torch.float32 else x.view(torch.int64)
+
+
+@pytest.fixture(scope="module")
+def joint():
+    """All sizes in one call on two threads, and the sums of squares of the params before it."""
+    items = tensors()
+    grad_sumsq = torch.tensor(sum(float((t["g"].double() ** 2).sum()) for t in items), dtype=torch.float64)
+    p_before = _ext.cpu().sumsq([t["p"].clone() for t in items], 1.0)
+    sums = step(items, grad_sumsq, threads=2)
+    return items, grad_sumsq, p_before, sums
+
+
+def test_norms_are_the_per_chunk_sums_of_squares(joint):
+    items, _, p_before, (p_sumsq, u_sumsq) = joint
+    assert torch.equal(bits(p_sumsq), bits(p_before))
+    assert torch.equal(bits(u_sumsq), bits(_ext.cpu().sumsq([t["u"] for t in items], 1.0)))
+    assert all(not t["u"].isnan().any() for t in items)
+    assert (p_sumsq[1:] > 0).all() and (u_sumsq[1:] > 0).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_tensor_alone_gets_the_bits_it_gets_among_others(joint, threads):
+    items, grad_sumsq, _, (p_sumsq, u_sumsq) = joint
+    for k, fresh in enumerate(tensors()):
+        ps, us = step([fresh], grad_sumsq, threads)
+        for key in ("p", "m", "v", "u"):
+            assert torch.equal(bits(fresh[key]), bits(items[k][key])), (SIZES[k], key, threads)
+        assert torch.equal(bits(ps), bits(p_sumsq[k:k + 1])) and torch.equal(bits(us), bits(u_sumsq[k:k + 1]))
+
+
+def test_one_thread_and_two_agree_on_a_joint_call(joint):
+    items, grad_sumsq, _, sums = joint
+    again = tensors()
+    sums1 = step(again, grad_sumsq, threads=1)
+    for a, b in zip(again, items):
+        for key in ("p", "m", "v", "u"):
+            assert torch.equal(bits(a[key]), bits(b[key]))
+    assert all(torch.equal(bits(x), bits(y)) for x, y in zip(sums1, sums))
+
+
+def test_the_step_moves_every_param_by_lr_times_its_norm(joint):
+    """The comparisons above would pass on a kernel that did nothing: the params did move, and by what
+    LAMB prescribes, ||step|| = lr * ratio * ||u|| = lr * ||p|| per tensor (ratio = ||p||/||u||)."""
+    items = joint[0]
+    for k, fresh in enumerate(tensors()):
+        if SIZES[k]:
+            delta = (items[k]["p"].double() - fresh["p"].double())
+            assert (delta != 0).double().mean() > 0.99
+            assert float(delta.norm()) == pytest.approx(HYPER["lr"] * float(fresh["p"].double().norm()), rel=1e-4)
