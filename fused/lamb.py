@@ -95,15 +95,23 @@ class FusedLAMB(FusedOptimizer):
         On CUDA the caching allocator already reuses memory, in stream order."""
         if device.type != "cpu":
             return [torch.empty_like(p, dtype=torch.float32) for p in params]
+        shapes = tuple(p.shape for p in params)
+        cache = self.__dict__.setdefault("_u_views", {})  # (device, shapes) -> (buffer, its views)
+        scratch = self.__dict__.setdefault("_u_scratch", {})
+        hit = cache.get((device, shapes))
+        if hit is not None and hit[0] is scratch.get(device):  # the same views as last step: 100 views cost 0.3 ms
+            return hit[1]
         starts, total = [], 0
         for p in params:
             starts.append(total)
             total += -(-p.numel() // U_ALIGN) * U_ALIGN
-        scratch = self.__dict__.setdefault("_u_scratch", {})
         buf = scratch.get(device)
         if buf is None or buf.numel() < total:
             buf = scratch[device] = torch.empty(total, dtype=torch.float32, device=device)
-        return [buf[s:s + p.numel()].view(p.shape) for s, p in zip(starts, params)]
+            cache.clear()
+        views = [buf[s:s + p.numel()].view(p.shape) for s, p in zip(starts, params)]
+        cache[(device, shapes)] = (buf, views)
+        return views
 
 
 U_ALIGN = 16  # floats per 64 bytes

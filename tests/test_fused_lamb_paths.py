@@ -9,6 +9,8 @@ per-chunk sums of squares that the `sumsq` kernel computes.
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -99,3 +101,38 @@ def test_the_step_moves_every_param_by_lr_times_its_norm(joint):
             delta = (items[k]["p"].double() - fresh["p"].double())
             assert (delta != 0).double().mean() > 0.99
             assert float(delta.norm()) == pytest.approx(HYPER["lr"] * float(fresh["p"].double().norm()), rel=1e-4)
+
+
+def test_reused_update_buffers_follow_new_and_larger_params():
+    """FusedLAMB keeps its u views from step to step (fused/lamb.py); adding a larger group, which
+    makes the scratch buffer grow, must give the bits that a fresh optimizer gives from the same state."""
+    from fused import FusedLAMB
+
+    def params(seed):
+        gen = torch.Generator().manual_seed(seed)
+        ps = [torch.randn(n, generator=gen).requires_grad_() for n in (300, 70)]
+        for p in ps:
+            p.grad = torch.randn(p.shape, generator=gen) * 1e-2
+        return ps
+
+    small, big = params(1), [torch.randn(5000).requires_grad_()]
+    big[0].grad = torch.randn(5000) * 1e-2
+    opt = FusedLAMB(small, lr=1e-2)
+    for _ in range(2):
+        opt.step()
+    opt.add_param_group({"params": big})
+    saved = copy.deepcopy(opt.state_dict())
+    big_before = big[0].detach().clone()
+    twins = [p.detach().clone().requires_grad_() for p in small + big]
+    for t, p in zip(twins, small + big):
+        t.grad = p.grad.clone()
+    for _ in range(2):
+        opt.step()
+    fresh = FusedLAMB(twins[:2], lr=1e-2)
+    fresh.add_param_group({"params": twins[2:]})
+    fresh.load_state_dict(saved)
+    for _ in range(2):
+        fresh.step()
+    for a, b in zip(small + big, twins):
+        assert torch.equal(bits(a.detach()), bits(b.detach()))
+    assert (big[0].detach() != big_before).all()  # the new group did step
