@@ -112,12 +112,13 @@ def test_gate_exit_status_follows_the_matrix(gate, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_inference_explains_no_mutant():
+def test_inference_explains_no_mutant(gate):
     """The gate as an outside user's optimizer meets it (--undeclared): every mutant's conventions are
     inferred, not declared, and it is still killed; every control still passes. A convention preset
     that matches a mutant's behaviour would let inference explain the defect away (the catalog once
-    had SGD's dampened first step and Lion's bare copysign, and two mutants survived)."""
-    rows = K.run_all([e for e in ENTRIES if not e.gpu_only], jobs=2, undeclared=True)
+    had SGD's dampened first step and Lion's bare copysign, and two mutants survived). Where inference
+    settles on the declared conventions the declared gate's row is reused: its cases would run alike."""
+    rows = K.run_all([e for e in ENTRIES if not e.gpu_only], jobs=2, undeclared=True, declared=gate)
     survived = [(r.entry.name, r.inferred) for r in rows if r.entry.kind.endswith("mutant") and r.verdict != "killed"]
     assert not survived, survived
     wrong = [(r.entry.name, r.verdict, r.inferred) for r in rows
@@ -152,3 +153,22 @@ def _large_tensor_tail(entry, n=2**31 + 4099):
     opt.step()
     head, tail = p.detach()[:8].float(), p.detach()[-8:].float()
     assert not torch.equal(head, tail), "tail (past 2**31) not updated like the head"
+
+
+def test_an_undeclared_run_reuses_a_declared_row_only_when_judged_alike(monkeypatch):
+    """The shortcut test_inference_explains_no_mutant takes: reuse needs the same convention, compute,
+    state dtype and masters, which is all that inference changes about a target."""
+    from dataclasses import replace
+
+    entry = next(e for e in ENTRIES if e.name == "GroupAdamW")
+    target = entry.target()
+    declared = K.Row(entry, verdict="pass", cases=-7)
+    monkeypatch.setattr(K, "undeclared_target", lambda e, device, seed: (e.target(), "inferred label"))
+    row = K.run_entry(entry, undeclared=True, declared_row=declared)
+    assert (row.cases, row.verdict, row.inferred) == (-7, "pass", "inferred label")
+    assert K.judged_alike(target, entry.target())
+    changed = {"convention": replace(target.convention, eps_mode="inside"),
+               "compute": "storage" if target.compute == "float32" else "float32",
+               "state_dtype": "param" if target.state_dtype == "float32" else "float32", "masters": not target.masters}
+    for name, value in changed.items():
+        assert not K.judged_alike(replace(target, **{name: value}), target), name
