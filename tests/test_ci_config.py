@@ -325,3 +325,11 @@ def test_gpu_doc_names_the_commands():
     doc = (ROOT / "docs" / "gpu.md").read_text()
     for needle in ("tox -e gpu", "scripts/gpu_check.sh", "TORCH_INDEX_URL", "reports/gpu", "nightly-gpu.yml"):
         assert needle in doc, needle
+
+
+def test_nightly_sweeps_the_compiled_paths_over_the_whole_matrix():
+    """The per-commit suite runs one case per compiled optimizer; the whole matrix runs nightly."""
+    job = load_workflow(WORKFLOWS / "nightly-gpu.yml")["jobs"]["compiled-sweep"]
+    [run] = [s["run"] for s in job["steps"] if "oracle.compare" in s.get("run", "")]
+    assert '--target "torch.*.compiled"' in run and "--optimizer all" in run and "--case" not in run
+    assert not any(s.get("continue-on-error") for s in job["steps"])
