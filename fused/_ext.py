@@ -1,8 +1,9 @@
 """Builds and loads the C++/CUDA extensions, once, the way apex and DeepSpeed do.
 
 `torch.utils.cpp_extension.load` compiles csrc/ with ninja into a build
-directory (env FUSED_BUILD_DIR, default ~/.cache/optimizer-oracle/<torch, python>)
-and later loads the cached library; ninja rebuilds only what changed. No
+directory (env FUSED_BUILD_DIR, default ~/.cache/optimizer-oracle/<torch, python>);
+a library built there from the same csrc/, flags and torch install is loaded
+as it is (build_key), otherwise torch's load rebuilds what changed. No
 build isolation, no download: the installed torch's headers and libraries.
 
 The CPU extension uses no CUDA header or library, so it loads with the
@@ -14,6 +15,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import hashlib
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -85,14 +89,49 @@ def build_lock(directory):
         yield
 
 
+STAMP = ".oracle-build.json"  # in the build directory: build_key() of the library there
+
+
+def build_key(name: str, kwargs: dict) -> dict:
+    """What a build depends on: every file of csrc/ (sources and headers, by content), the flags, the
+    torch and python versions and where torch is installed (its headers, by path, are in the build)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in CSRC.iterdir() if p.is_file()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return {"name": name, "csrc": digest.hexdigest(), "flags": repr(sorted(kwargs.items())), "torch": torch.__version__,
+            "torch_dir": os.path.dirname(torch.__file__), "python": sys.version.split()[0]}
+
+
+def _import_stamped(name: str, where: Path, key: dict):
+    """The library in `where` if its stamp says it was built from exactly `key`, else None.
+
+    torch's load runs ninja first, and ninja recompiles every object whose headers are newer than it:
+    after a reinstall of torch (a fresh venv, as in CI) that is a full rebuild of sources that did not
+    change. The stamp's key is what a rebuild could change, so a matching stamp loads the library as is."""
+    try:
+        if json.loads((where / STAMP).read_text()) != key:
+            return None
+        spec = importlib.util.spec_from_file_location(name, where / f"{name}.so")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except (OSError, ValueError, ImportError):
+        return None
+
+
 def _load(name: str, sources: list[str], **kwargs):
     from torch.utils.cpp_extension import load
 
     verbose = os.environ.get("FUSED_BUILD_VERBOSE", "") not in ("", "0")
     where = build_dir(name)
+    key = build_key(name, {"sources": sources, **kwargs})
     with build_lock(where):
-        return load(name=name, sources=[str(CSRC / s) for s in sources], extra_include_paths=[str(CSRC)],
-                    build_directory=str(where), verbose=verbose, **kwargs)
+        module = _import_stamped(name, where, key)
+        if module is None:
+            module = load(name=name, sources=[str(CSRC / s) for s in sources], extra_include_paths=[str(CSRC)],
+                          build_directory=str(where), verbose=verbose, **kwargs)
+            (where / STAMP).write_text(json.dumps(key, indent=1))
+        return module
 
 
 @functools.cache

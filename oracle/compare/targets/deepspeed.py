@@ -4,7 +4,8 @@ Nothing here imports deepspeed at module import time: `deepspeed_targets()`
 returns Target objects whose `requires` says why they are unusable (never
 raises) and whose `make` imports deepspeed on first use.
 
-The CPU ops (cpu_adam, cpu_adagrad, fused_adam, cpu_lion) are C++ extensions that
+The CPU ops (cpu_adam, cpu_adagrad, fused_adam, cpu_lion, and shm_comm, the shared-memory
+allreduce every deepspeed.init_distributed loads) are C++ extensions that
 DeepSpeed JIT-compiles through torch.utils.cpp_extension the first time they
 are loaded (~40-115 s each on 2 cores). torch puts the build under
 $TORCH_EXTENSIONS_DIR/<op>/ and reuses it when the sources and flags are
@@ -254,7 +255,12 @@ def op_unavailable(op: str) -> str | None:
 def load_op(op: str, announce: bool = False):
     """Build (first time, into TORCH_EXTENSIONS_DIR) or load a CPU op. A build says on stderr what it
     builds, where and why (announce: a cached load says so too). Once loaded, an op is kept for the
-    process, as DeepSpeed's own builders keep it."""
+    process, as DeepSpeed's own builders keep it.
+
+    A build cached for this setup (build_reason None) is imported straight from its .so: torch's JIT
+    load would run ninja first, which recompiles every object whose headers are newer than it, and a
+    fresh venv at the same path (CI's) has every torch header newer: 30 s per op, 140 s for the five,
+    spent recompiling what was already there."""
     if op in _LOADED and not announce:
         return _LOADED[op]
     where = configure_env()
@@ -270,10 +276,27 @@ def load_op(op: str, announce: bool = False):
     from fused import build_lock
     builder = getattr(op_builder, _BUILDERS[op])()
     with build_lock(os.path.join(where, builder.name)):  # DeepSpeed JIT-builds into TORCH_EXTENSIONS_DIR/<name>
-        module = builder.load(verbose=False)
-    if reason:
-        _stamp(op, where, key)
+        module = None if reason else _import_built(builder, where)
+        if module is None:
+            module = builder.load(verbose=False)
+            _stamp(op, where, key)
     _LOADED[op] = module
+    return module
+
+
+def _import_built(builder, where: str):
+    """The op's module from its cached .so, registered where DeepSpeed's own builders look first (so
+    DeepSpeed's later loads of it, inside its optimizers, find it); None if the import fails."""
+    path = os.path.join(where, builder.name, f"{builder.name}.so")
+    try:
+        spec = importlib.util.spec_from_file_location(builder.name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (ImportError, OSError) as exc:
+        print(f"DeepSpeed op {builder.name}: the cached {path} does not import ({exc}); rebuilding",
+              file=sys.stderr, flush=True)
+        return None
+    type(builder)._loaded_ops[builder.name] = module
     return module
 
 

@@ -1,0 +1,70 @@
+"""Our extension's build cache: a library built from the same csrc/, flags and torch install is loaded
+as it is, without torch's JIT load (whose ninja step recompiles everything after a torch reinstall,
+since every torch header is then newer); anything else goes through torch's load and is stamped."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from fused import _ext
+
+ROOT = Path(__file__).resolve().parent.parent
+REFUSE_JIT = """
+import torch.utils.cpp_extension as cpp_extension
+def refuse(*args, **kwargs):
+    raise AssertionError("torch's JIT load was called")
+cpp_extension.load = refuse
+from fused import _ext
+print("loaded", _ext.cpu().chunk_size())
+"""
+
+
+def copy_of_the_build(tmp_path) -> tuple[Path, dict]:
+    _ext.cpu()  # built, or loaded, and stamped here first
+    src = _ext.build_dir("fused_optim_cpu")
+    dst = tmp_path / src.parent.name / "fused_optim_cpu"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("lock", "*.flock"))
+    return dst, {**os.environ, "FUSED_BUILD_DIR": str(tmp_path)}
+
+
+def load(env, script=REFUSE_JIT):
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env,
+                          cwd=ROOT)
+
+
+def test_a_stamped_build_loads_without_torchs_jit_load(tmp_path):
+    build, env = copy_of_the_build(tmp_path)
+    stamp = json.loads((build / _ext.STAMP).read_text())
+    assert len(stamp["csrc"]) == 64 and stamp["torch"] == torch.__version__ and "extra_cflags" in stamp["flags"]
+    out = load(env)
+    assert out.returncode == 0 and "loaded 65536" in out.stdout, out.stderr[-2000:]
+
+
+def test_a_build_stamped_for_other_sources_goes_through_torchs_load(tmp_path):
+    build, env = copy_of_the_build(tmp_path)
+    stamp = json.loads((build / _ext.STAMP).read_text())
+    (build / _ext.STAMP).write_text(json.dumps({**stamp, "csrc": "0" * 64}))
+    refused = load(env)
+    assert refused.returncode != 0 and "torch's JIT load was called" in refused.stderr
+    out = load(env, "from fused import _ext; print('loaded', _ext.cpu().chunk_size())")
+    assert out.returncode == 0 and "loaded 65536" in out.stdout, out.stderr[-2000:]
+    assert json.loads((build / _ext.STAMP).read_text()) == stamp  # restamped with what it was built from
+
+
+def test_the_key_follows_every_file_of_csrc(tmp_path, monkeypatch):
+    key = _ext.build_key("fused_optim_cpu", {"x": 1})
+    assert _ext.build_key("fused_optim_cpu", {"x": 1}) == key
+    assert _ext.build_key("fused_optim_cpu", {"x": 2}) != key
+    fake = tmp_path / "csrc"
+    shutil.copytree(_ext.CSRC, fake)
+    monkeypatch.setattr(_ext, "CSRC", fake)
+    assert _ext.build_key("fused_optim_cpu", {"x": 1}) == key
+    header = fake / "optim_math.h"
+    header.write_text(header.read_text() + "\n// a change in a header only\n")
+    assert _ext.build_key("fused_optim_cpu", {"x": 1}) != key
