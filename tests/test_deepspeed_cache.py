@@ -113,6 +113,24 @@ def test_the_rank_launcher_removes_buffers_of_killed_ranks():
     assert not any(p.exists() for p in paths)
 
 
+def _leave_buffer(path: str, work: str, rank: int) -> None:
+    import pickle
+    with open(path, "wb") as fh:  # as DeepSpeed's shm op leaves its buffer until a rank unlinks it
+        fh.write(b"x")
+    with open(f"{work}/rank{rank}.pkl", "wb") as fh:  # a rank's result, as ranks.collect reads it
+        pickle.dump(rank, fh)
+
+
+def test_forked_ranks_have_their_buffers_released_too(tmp_path):
+    from oracle.compare import ranks
+    env = ranks.rank_env(2)
+    paths = [Path(dst.shm_buffer_path(r, env["MASTER_ADDR"], env["MASTER_PORT"])) for r in range(2)]
+    out, err = ranks.fork(_leave_buffer, lambda rank: (str(paths[rank]), str(tmp_path), rank), 2, str(tmp_path), 60,
+                          env)
+    assert err is None and out == [0, 1]  # both ranks ran
+    assert not any(p.exists() for p in paths)
+
+
 _NO_JIT_LION = """
 import torch.utils.cpp_extension as cpp_extension
 def refuse(*args, **kwargs):

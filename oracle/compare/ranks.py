@@ -98,9 +98,11 @@ def release_shm(env: dict, world: int) -> None:
             os.unlink(shm_buffer_path(rank, env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")))
 
 
-def fork(target: Callable, args: Callable[[int], tuple], world: int, work: str, timeout: float) -> tuple[list, str | None]:
+def fork(target: Callable, args: Callable[[int], tuple], world: int, work: str, timeout: float,
+         env: dict | None = None) -> tuple[list, str | None]:
     """The same with forked children (CPU: no torch re-import); `target(*args(rank))`
-    runs in each, in its own process group."""
+    runs in each, in its own process group. `env`: the group's rank_env, whose DeepSpeed shm
+    buffers (if a rank created any) are released as spawn releases them."""
     import multiprocessing
     ctx = multiprocessing.get_context("fork")
     parent = os.getpid()
@@ -115,6 +117,8 @@ def fork(target: Callable, args: Callable[[int], tuple], world: int, work: str, 
                 kill_group(p.pid)
                 p.kill()  # in case it was killed before it could make its own group
             p.join()
+        if env is not None:
+            release_shm(env, world)
     return collect(work, [p.exitcode for p in procs], err)
 
 
@@ -162,4 +166,5 @@ def python_module(module: str, *args: str) -> Callable[[int], list]:
     return lambda rank: [sys.executable, "-m", module, *args]
 
 
-__all__ = ["collect", "fork", "free_port", "kill_group", "log_tail", "python_module", "rank_env", "spawn", "workdir"]
+__all__ = ["collect", "fork", "free_port", "kill_group", "log_tail", "python_module", "rank_env", "release_shm",
+           "shm_buffer_path", "spawn", "workdir"]

@@ -108,7 +108,7 @@ def launch_ranks(spec, target, device, seed, world, timeout, spawn=False):
             from . import rank_worker
             _warm_up(target, job)
             out, err = ranks.fork(rank_worker.forked, lambda rank: (job, rank, world, target, env), world, tmp,
-                                  timeout)
+                                  timeout, env)
         else:
             out, err = ranks.spawn(ranks.python_module("oracle.compare.scenarios.rank_worker", os.path.join(tmp, "job.pkl")),
                                    world, tmp, timeout, env)

@@ -93,7 +93,7 @@ def _launch(target, spec, checks, tmp, world, extra, seed, hp, timeout, label=No
                                     out, timeout, env)
     else:
         per_rank, err = ranks.fork(wrapped_worker.forked, lambda rank: (job, rank, world, target, spec, env), world,
-                                   out, timeout)
+                                   out, timeout, env)
     if err:
         return err
     merge_ranks(checks, per_rank, label or f"world {world}")
