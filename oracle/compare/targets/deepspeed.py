@@ -284,6 +284,17 @@ def load_op(op: str, announce: bool = False):
     return module
 
 
+def preload_ops() -> dict:
+    """load_op for every op usable here, so that DeepSpeed code run next in this process (a repro
+    script, say) finds each one loaded instead of JIT-loading it itself; {op: None or why not}."""
+    out = {}
+    for op in OPS:
+        out[op] = op_unavailable(op)
+        if out[op] is None:
+            load_op(op)
+    return out
+
+
 def _import_built(builder, where: str):
     """The op's module from its cached .so, registered where DeepSpeed's own builders look first (so
     DeepSpeed's later loads of it, inside its optimizers, find it); None if the import fails."""
