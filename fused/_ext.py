@@ -134,11 +134,17 @@ def _load(name: str, sources: list[str], **kwargs):
         return module
 
 
+def cpu_build() -> tuple[str, list[str], dict]:
+    """(name, sources, torch load arguments) of the CPU extension."""
+    cflags = [*COMMON_CFLAGS, *native_arch_flags(), "-fopenmp"]
+    return "fused_optim_cpu", CPU_SOURCES, dict(extra_cflags=cflags, extra_ldflags=["-fopenmp"], with_cuda=False)
+
+
 @functools.cache
 def cpu():
     """The CPU extension module (built on first use)."""
-    cflags = [*COMMON_CFLAGS, *native_arch_flags(), "-fopenmp"]
-    return _load("fused_optim_cpu", CPU_SOURCES, extra_cflags=cflags, extra_ldflags=["-fopenmp"], with_cuda=False)
+    name, sources, kwargs = cpu_build()
+    return _load(name, sources, **kwargs)
 
 
 @functools.cache

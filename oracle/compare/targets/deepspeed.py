@@ -15,7 +15,10 @@ scripts/build_deepspeed_ops.sh prebuilds into it. The ops are compiled with
 -march=native, so the default cache directory is keyed by the SIMD level of
 this CPU as well as the torch/deepspeed/python versions, and by where torch and
 deepspeed are installed (torch's build file holds absolute paths: another venv
-rebuilds). Each build says on stderr what it builds and why (build_reason).
+rebuilds). Each build says on stderr what it builds and why (build_reason). A build
+stamped for this key is imported from its .so as it is (load_op): a DeepSpeed
+install edited in place, at the same version, is not noticed; remove the
+cache folder after such an edit.
 
 Conventions (DeepSpeed 0.19.8; paths relative to site-packages/deepspeed):
 
