@@ -4,7 +4,7 @@ oracle. The conventions they implement are `CONVENTIONS`; `OPTIMIZERS` maps
 each oracle optimizer name to the class and constructor flags that implement it.
 """
 from .adagrad import FusedAdagrad
-from ._ext import build_lock
+from ._ext import build_lock, import_library
 from .adam import FusedAdam
 from .checkpoint import load_checkpoint
 from .conventions import CONVENTIONS, convention_of
@@ -22,4 +22,4 @@ OPTIMIZERS = {
 }
 
 __all__ = ["CONVENTIONS", "OPTIMIZERS", "FusedAdagrad", "FusedAdam", "FusedLAMB", "FusedLion", "FusedSGD",
-           "build_lock", "convention_of", "load_checkpoint"]
+           "build_lock", "convention_of", "import_library", "load_checkpoint"]

@@ -111,12 +111,21 @@ def _import_stamped(name: str, where: Path, key: dict):
     try:
         if json.loads((where / STAMP).read_text()) != key:
             return None
-        spec = importlib.util.spec_from_file_location(name, where / f"{name}.so")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        return import_library(name, where / f"{name}.so")
     except (OSError, ValueError, ImportError):
         return None
+
+
+def import_library(name: str, path) -> object:
+    """The Python extension module `name` from the built library at `path`, imported as it is (no
+    build step); raises ImportError or OSError where it does not import. The DeepSpeed ops' cache
+    (oracle.compare.targets.deepspeed.load_op) loads its stamped builds through this too."""
+    spec = importlib.util.spec_from_file_location(name, str(path))
+    if spec is None:
+        raise ImportError(f"{path} is not an importable library")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _load(name: str, sources: list[str], **kwargs):

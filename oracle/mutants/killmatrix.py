@@ -151,12 +151,10 @@ def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int, t
             yield prefix, r
 
 
-# What judging reads of a target that inference can change (oracle.compare.targets.declare.apply).
-JUDGED = ("convention", "compute", "state_dtype", "masters")
-
-
 def judged_alike(a, b) -> bool:
-    """Whether two targets of one implementation are judged by the same specification."""
+    """Whether two targets of one implementation are judged by the same specification: alike in all
+    that a declaration or inference sets (oracle.compare.targets.declare.JUDGED)."""
+    from oracle.compare.targets.declare import JUDGED
     return all(getattr(a, name) == getattr(b, name) for name in JUDGED)
 
 

@@ -43,10 +43,13 @@ class Candidate:
         return cls(d["preset"], conv, d["compute"], d["state_dtype"], d["masters"])
 
 
+# What judging reads of a target that a declaration (or inference) sets: a Candidate's fields of these names.
+JUDGED = ("convention", "compute", "state_dtype", "masters")
+
+
 def apply(target, cand: Candidate):
     """The target judged as following `cand`."""
-    return replace(target, convention=cand.convention, compute=cand.compute, state_dtype=cand.state_dtype,
-                   masters=cand.masters)
+    return replace(target, **{name: getattr(cand, name) for name in JUDGED})
 
 
 def declaration(optimizer: str, cand: Candidate) -> str:
@@ -82,4 +85,4 @@ def with_inferred(target):
     return apply(target, cand) if cand is not None else target
 
 
-__all__ = ["with_inferred", "ENV", "Candidate", "apply", "declaration", "export", "imported"]
+__all__ = ["with_inferred", "ENV", "JUDGED", "Candidate", "apply", "declaration", "export", "imported"]

@@ -301,11 +301,10 @@ def preload_ops() -> dict:
 def _import_built(builder, where: str):
     """The op's module from its cached .so, registered where DeepSpeed's own builders look first (so
     DeepSpeed's later loads of it, inside its optimizers, find it); None if the import fails."""
+    from fused import import_library
     path = os.path.join(where, builder.name, f"{builder.name}.so")
     try:
-        spec = importlib.util.spec_from_file_location(builder.name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = import_library(builder.name, path)
     except (ImportError, OSError) as exc:
         print(f"DeepSpeed op {builder.name}: the cached {path} does not import ({exc}); rebuilding",
               file=sys.stderr, flush=True)
