@@ -87,7 +87,7 @@ std::tuple<at::Tensor, at::Tensor> lamb(const Tensors& grads, const Tensors& par
   const LambHyper h{lr, beta1, beta2, eps, weight_decay, grad_averaging, bias_correction, decoupled, use_nvlamb};
   const double clip = lamb_clip_divisor(grad_sumsq.item<double>(), max_grad_norm);
   const cpu::LambTrust trust{lr, use_nvlamb || weight_decay != 0.0};
-  cpu::lamb(lists, kinds, make_lamb_scalars(h, double(step), inv_scale, false), float(clip), trust,
+  cpu::lamb(lists, kinds, make_lamb_scalars(h, double(step), inv_scale, false), clip, trust,
             p_sumsq.data_ptr<double>(), u_sumsq.data_ptr<double>(), threads());
   return {p_sumsq, u_sumsq};
 }

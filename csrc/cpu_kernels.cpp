@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
@@ -54,16 +55,27 @@ class WorkList {
   // the previous pass touched last, which is still in cache (LAMB's stage 2
   // after stage 1, the grad norm before stage 1).
   template <class Body> void run(const Body& body, bool backward = false) const {
-    const int64_t blocks = int64_t(work_.block_slot.size());
-    const int threads = omp_get_num_threads(), me = omp_get_thread_num();
-    const int64_t share = blocks / threads, extra = blocks % threads;
-    const int64_t lo = me * share + std::min<int64_t>(me, extra);
-    const int64_t hi = lo + share + (me < extra ? 1 : 0);
+    const auto [lo, hi] = my_share();
     for (int64_t k = 0; k < hi - lo; ++k) {
-      const int64_t b = backward ? hi - 1 - k : lo + k;
-      const int64_t t = work_.tensors[size_t(work_.block_slot[size_t(b)])];
-      const int64_t start = work_.block_chunk[size_t(b)] * kChunk;
-      body(t, start, std::min(kChunk, numel_[size_t(t)] - start));
+      const Piece c = piece(backward ? hi - 1 - k : lo + k);
+      body(c.t, c.start, c.n);
+    }
+  }
+
+  struct Piece { int64_t t, start, n; };
+
+  // As run, but body(pieces, count) gets up to K consecutive chunks of this
+  // thread's range at once (groups taken backward when asked), for a pass
+  // that reads several streams side by side.
+  template <int K, class Body> void run_groups(const Body& body, bool backward = false) const {
+    const auto [lo, hi] = my_share();
+    const int64_t groups = (hi - lo + K - 1) / K;
+    for (int64_t k = 0; k < groups; ++k) {
+      const int64_t first = lo + (backward ? groups - 1 - k : k) * K;
+      Piece pieces[K];
+      int count = 0;
+      for (int64_t b = first; b < std::min(hi, first + K); ++b) pieces[count++] = piece(b);
+      body(pieces, count);
     }
   }
 
@@ -71,6 +83,21 @@ class WorkList {
   int64_t blocks() const { return int64_t(work_.block_slot.size()); }
 
  private:
+  // This thread's blocks [lo, hi): a contiguous, nearly equal share.
+  std::pair<int64_t, int64_t> my_share() const {
+    const int64_t blocks = int64_t(work_.block_slot.size());
+    const int threads = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t share = blocks / threads, extra = blocks % threads;
+    const int64_t lo = me * share + std::min<int64_t>(me, extra);
+    return {lo, lo + share + (me < extra ? 1 : 0)};
+  }
+
+  Piece piece(int64_t b) const {
+    const int64_t t = work_.tensors[size_t(work_.block_slot[size_t(b)])];
+    const int64_t start = work_.block_chunk[size_t(b)] * kChunk;
+    return {t, start, std::min(kChunk, numel_[size_t(t)] - start)};
+  }
+
   const std::vector<int64_t>& numel_;
   Launch work_;
   int64_t total_ = 0;
@@ -92,6 +119,29 @@ template <class Op> void run_chunk(const Op op, int64_t n) {
     typename Op::Regs r;
     op.load(r, i);
     op.store(r, i);
+  }
+}
+
+// Elements [from, to) of op's chunk.
+template <class Op> void run_range(const Op& op, int64_t from, int64_t to) {
+  const Op local = op;
+#pragma GCC ivdep
+  for (int64_t i = from; i < to; ++i) {
+    typename Op::Regs r;
+    local.load(r, i);
+    local.store(r, i);
+  }
+}
+
+// Runs up to kStreams chunks' ops side by side, 1 KiB of each in turn (see
+// sumsq_streams: more reads in flight per core).
+template <class Op> void run_streams(const Op* ops, const int64_t* n, int count) {
+  constexpr int64_t kPiece = 256;
+  const int64_t longest = *std::max_element(n, n + count);
+  for (int64_t at = 0; at < longest; at += kPiece) {
+    for (int k = 0; k < count; ++k) {
+      if (at < n[k]) run_range(ops[k], at, std::min(at + kPiece, n[k]));
+    }
   }
 }
 
@@ -217,19 +267,37 @@ template <bool Fma> class SumSq {
   double scale_;
 };
 
-template <class T> double chunk_sumsq(const T* x, int64_t n, double scale) {
-  if (kFma && scale == 1.0) {
-    SumSq<kFma> sum(1.0);
-    sum.add(x, n);
-    return sum.total();
+// Sums of squares of up to kStreams chunks (x[k], n[k] elements), into
+// out[k], read side by side in 1 KiB pieces with the next ones prefetched.
+// A read-only pass from memory is bound by the reads one core keeps in flight:
+// one stream read 64 MiB in 3.7 ms on 2 cores, four streams with prefetches in
+// 2.4 ms. Each chunk's sum is the one a single add over it gives (its pieces
+// are whole multiples of the lanes).
+constexpr int kStreams = 4;
+
+template <class Sum, class T> void sumsq_streams(const T* const* x, const int64_t* n, int count, double scale,
+                                                 double* out) {
+  constexpr int64_t kPiece = 1024 / int64_t(sizeof(T)), kLine = 64 / int64_t(sizeof(T));
+  Sum sums[kStreams] = {Sum(scale), Sum(scale), Sum(scale), Sum(scale)};
+  const int64_t longest = *std::max_element(n, n + count);
+  for (int64_t at = 0; at < longest; at += kPiece) {
+    for (int k = 0; k < count; ++k) {
+      if (at >= n[k]) continue;
+      // A prefetch past the end of an array is only a hint: it never faults.
+      for (int64_t l = 0; l < kPiece; l += kLine) __builtin_prefetch(x[k] + at + kPiece + l, 0, 3);
+      sums[k].add(x[k] + at, std::min(kPiece, n[k] - at));
+    }
   }
-  SumSq<false> sum(scale);
-  sum.add(x, n);
-  return sum.total();
+  for (int k = 0; k < count; ++k) out[k] = sums[k].total();
+}
+
+template <class T> void chunk_sumsqs(const T* const* x, const int64_t* n, int count, double scale, double* out) {
+  if (kFma && scale == 1.0) sumsq_streams<SumSq<kFma>>(x, n, count, 1.0, out);
+  else sumsq_streams<SumSq<false>>(x, n, count, scale, out);
 }
 
 // LAMB stage 1 over one chunk: moments, u, and sums[0..1] = the chunk's sums
-// of p^2 and u^2 (double, as chunk_sumsq would give). Tile by tile: the update
+// of p^2 and u^2 (double, as sumsq would give). Tile by tile: the update
 // loop, then the two sums over the tile while it is in L1 (p just read, u just
 // written), so memory is read once. The sums are separate loops: GCC does not
 // vectorize the update loop with double reductions in it.
@@ -350,14 +418,24 @@ void sumsq(const TensorLists& lists, Dtype dtype, double scale, double* out, int
   ChunkPartials<1> partials(lists.numel);
   with_storage(dtype, [&](auto x) {
     using T = decltype(x);
-    for_each_chunk(lists.numel, threads, [&](int64_t t, int64_t start, int64_t n) {
-      *partials.at(t, start) = chunk_sumsq(static_cast<const T*>(lists.ptr(0, t)) + start, n, scale);
+    const WorkList work(lists.numel);
+#pragma omp parallel num_threads(threads) if (work.parallel(threads))
+    work.run_groups<kStreams>([&](const WorkList::Piece* pieces, int count) {
+      const T* x[kStreams];
+      int64_t n[kStreams];
+      double out[kStreams];
+      for (int k = 0; k < count; ++k) {
+        x[k] = static_cast<const T*>(lists.ptr(0, pieces[k].t)) + pieces[k].start;
+        n[k] = pieces[k].n;
+      }
+      chunk_sumsqs(x, n, count, scale, out);
+      for (int k = 0; k < count; ++k) *partials.at(pieces[k].t, pieces[k].start) = out[k];
     }, /*backward=*/true);
   });
   partials.totals({out});
 }
 
-void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s, float clip,
+void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s, double clip,
           const LambTrust& trust, double* p_sumsq, double* u_sumsq, int threads) {
   const size_t tensors = lists.numel.size();
   std::fill_n(p_sumsq, tensors, 0.0);
@@ -379,8 +457,17 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
     }
     // Stage 2's slots within the call's lists: update, param [, model].
     constexpr int kApplySlot[3] = {4, 1, 5};
+    // u of a whole tensor goes to this thread's scratch, reused tensor after
+    // tensor (1 MiB per thread, kept while the thread lives): it stays in L2,
+    // where the bucket's u buffer would first be read from memory on every
+    // store (read for ownership) and then evict params stage 2 still needs.
+    // 100 tensors of 168K: 14.5 -> 12.3 ms for both stages.
+    static thread_local std::vector<float> whole_u;
+    auto slot = [&](int64_t t, int k) -> void* {
+      return (k == 4 && whole.whole(size_t(t))) ? static_cast<void*>(whole_u.data()) : lists.ptr(k, t);
+    };
     auto stage1 = [&](int64_t t, int64_t start, int64_t n, bool streamed) {
-      const Update op([&](int k) { return lists.ptr(k, t); }, start, clip, s);
+      const Update op([&](int k) { return slot(t, k); }, start, clip, s);
       if (streamed) lamb_update_chunk<true>(op, n, partials.at(t, start));
       else lamb_update_chunk<false>(op, n, partials.at(t, start));
     };
@@ -389,9 +476,10 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
       u_sumsq[t] = partials.total(t, 1);
       factors[t] = float(lamb_step_factor(trust.lr, p_sumsq[t], u_sumsq[t], trust.use_ratio));
     };
-    auto stage2 = [&](int64_t t, int64_t start, int64_t n) {
-      run_chunk(Apply([&](int k) { return lists.ptr(kApplySlot[k], t); }, start, factors[size_t(t)]), n);
+    auto apply_of = [&](const WorkList::Piece& c) {
+      return Apply([&](int k) { return slot(c.t, kApplySlot[k]); }, c.start, factors[size_t(c.t)]);
     };
+    auto stage2 = [&](int64_t t, int64_t start, int64_t n) { run_chunk(apply_of({t, start, n}), n); };
     // One parallel region for everything (one wake-up of the threads). Each
     // thread runs its share of the chunked tensors' stage 1, then its whole
     // tensors start to finish; the barrier and the one ending `single` order
@@ -401,6 +489,7 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
     {
       work.run([&](int64_t t, int64_t start, int64_t n) { stage1(t, start, n, stream); });
       const int me = omp_get_thread_num(), team = omp_get_num_threads();
+      if (whole.count() > 0 && whole_u.size() < size_t(kWholeMax)) whole_u.resize(size_t(kWholeMax));
       for (size_t t = 0; t < tensors; ++t) {
         if (!whole.mine(t, me, team)) continue;
         const int64_t n = lists.numel[t];
@@ -415,7 +504,13 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
       for (size_t t = 0; t < tensors; ++t) {
         if (!whole.whole(t)) factor(t);
       }
-      work.run(stage2, /*backward=*/true);
+      // Two chunks side by side: stage 2 reads u and p of each (10% faster at
+      // 16M than one chunk at a time, with u coming from memory).
+      work.run_groups<2>([&](const WorkList::Piece* pieces, int count) {
+        const Apply ops[2] = {apply_of(pieces[0]), apply_of(pieces[count - 1])};
+        const int64_t n[2] = {pieces[0].n, pieces[count - 1].n};
+        run_streams(ops, n, count);
+      }, /*backward=*/true);
     }
   });
 }

@@ -33,8 +33,10 @@ struct LambTrust {
 // divisor). Lists: grad, param, exp_avg, exp_avg_sq, update (fp32 scratch)
 // [, model]. Stage 1, one pass: moments, u, and per tensor the sums of squares
 // of the param and of u (double, added in a fixed order as sumsq), written to
-// p_sumsq and u_sumsq. Stage 2: p <- p - lr * ratio * u.
-void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s, float clip,
+// p_sumsq and u_sumsq. Stage 2: p <- p - lr * ratio * u. The update buffer of
+// a tensor of at most 2**18 elements is left as it was: its u goes to a
+// per-thread scratch that stays in cache.
+void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s, double clip,
           const LambTrust& trust, double* p_sumsq, double* u_sumsq, int threads);
 
 // Storage conversion, exposed for tests of storage.h.

@@ -88,7 +88,7 @@ template <class G, class P, class M> struct LambUpdateFunctor {
   double* u_partials;
 
   __device__ void operator()(const TensorTable<5>& table, const Chunk& c) const {
-    const float clip = grad_sumsq ? float(lamb_clip_divisor(*grad_sumsq, max_grad_norm)) : 1.0f;
+    const double clip = grad_sumsq ? lamb_clip_divisor(*grad_sumsq, max_grad_norm) : 1.0;
     double p2 = 0.0, u2 = 0.0;
     lamb_update_elements(LambUpdateOp<G, P, M>(TableSlots<5>{table, c.slot}, c.start, clip, s), c.n, p2, u2);
     const double p_total = block_sum<kThreads>(p2);

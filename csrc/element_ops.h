@@ -137,19 +137,19 @@ template <class G, class P, class M> struct LambUpdateOp {
   static constexpr int kDepth = 5;
   struct Regs { float g, p, m, v; };
   const G* g; const P* p; M* m; M* v; float* u;
-  float clip;
+  float grad_factor;  // lamb_grad_factor: 1/scale over the clip divisor
   LambScalars s;
 
-  template <class Slot> OPTIM_HD LambUpdateOp(const Slot& slot, int64_t start, float clip_divisor,
+  template <class Slot> OPTIM_HD LambUpdateOp(const Slot& slot, int64_t start, double clip_divisor,
                                               const LambScalars& scalars)
       : g(slot_at<const G>(slot, 0, start)), p(slot_at<const P>(slot, 1, start)),
         m(slot_at<M>(slot, 2, start)), v(slot_at<M>(slot, 3, start)),
-        u(slot_at<float>(slot, 4, start)), clip(clip_divisor), s(scalars) {}
+        u(slot_at<float>(slot, 4, start)), grad_factor(lamb_grad_factor(scalars, clip_divisor)), s(scalars) {}
   OPTIM_HD void load(Regs& r, int64_t i) const {
     r.g = to_float(g[i]); r.p = to_float(p[i]); r.m = to_float(m[i]); r.v = to_float(v[i]);
   }
   OPTIM_HD float moments(Regs& r, int64_t i) const {
-    const float update = lamb_moments_update(r.p, r.m, r.v, r.g, clip, s);
+    const float update = lamb_moments_update(r.p, r.m, r.v, r.g, grad_factor, s);
     m[i] = from_float<M>(r.m); v[i] = from_float<M>(r.v);
     return update;
   }

@@ -14,7 +14,10 @@ oracle's stages so that a mismatch can be pinned to one:
 The kernels run this in three passes over memory: the global grad norm (reads
 g), then stage 1 = 2-4 (reads g, p, m, v; writes m, v, u; sums p^2 and u^2 per
 tensor on the way), then stage 2 = 5 (reads u, p; writes p). u lives in an fp32
-buffer; the caller's grads are only read.
+buffer (on the CPU, a tensor of at most 256Ki elements keeps its u in a per-thread
+scratch instead, still in cache for stage 2); the caller's grads are only read.
+The kernels divide by bc1, sqrt(bc2) and the clip divisor through reciprocals
+rounded once from double (csrc/optim_math.h make_lamb_scalars).
 """
 from __future__ import annotations
 

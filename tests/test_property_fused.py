@@ -18,8 +18,10 @@ harness's own rule in oracle.compare.checks.tolerance):
     This gives bound(x), the error a float32 evaluation of the oracle's own
     expression, in its order, can have.
   - The kernels evaluate algebraically equal reorderings (lr/bc1 folded into
-    one scalar, sqrt(v)*(1/sqrt(bc2)), the LAMB clip divisor and norms in
-    double): each moves at most one rounding per operation, covered by 2x.
+    one scalar, sqrt(v)*(1/sqrt(bc2)), LAMB's divisions by bc1 and by the clip
+    divisor as products by reciprocals rounded once, the LAMB clip divisor and
+    norms in double): each moves at most one rounding per operation, covered
+    by 2x.
   - What is stored coarser than float32 (bf16 moments, bf16/fp16 params
     without masters) rounds once more: + 0.5 ULP of the stored format at
     the expected value.
