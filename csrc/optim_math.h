@@ -44,6 +44,7 @@ struct AdamScalars {
   float inv_sqrt_bc2;              // 1 / sqrt(bc2)
   float inv_scale;                 // grad unscaling (1 without a grad scaler)
   int decoupled;                   // AdamW decay (p *= decay_factor) instead of L2 (g += l2_wd*p)
+  int l2;                          // L2 with wd != 0: at wd == 0 the term is left out (zero_decay "skip")
   int skip;                        // found_inf: the step does nothing
 };
 
@@ -68,20 +69,21 @@ OPTIM_HD AdamScalars make_scalars(const AdamHyper& h, double step, double lr,
   s.inv_sqrt_bc2 = float(1.0 / sqrt(bc2));
   s.inv_scale = float(inv_scale);
   s.decoupled = h.decoupled ? 1 : 0;
+  s.l2 = !h.decoupled && h.weight_decay != 0.0 ? 1 : 0;
   s.skip = skip ? 1 : 0;
   return s;
 }
 
-// One Adam(W) element, oracle/adam.py with decay "l2" or "decoupled" and
-// eps_mode "outside":
-//   g <- g*inv_scale (+ wd*p for L2);  p <- p*(1 - lr*wd) (decoupled)
+// One Adam(W) element, oracle/adam.py with decay "l2" or "decoupled",
+// eps_mode "outside" and zero_decay "skip":
+//   g <- g*inv_scale (+ wd*p for L2, wd != 0);  p <- p*(1 - lr*wd) (decoupled)
 //   m <- b1*m + (1-b1)*g;  v <- b2*v + (1-b2)*g^2
 //   p <- p - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
 OPTIM_HD void adam_update(float& p, float& m, float& v, float grad, const AdamScalars& s) {
   float g = grad * s.inv_scale;
   if (s.decoupled) {
     p = p * s.decay_factor;
-  } else {
+  } else if (s.l2) {
     g = g + s.l2_wd * p;
   }
   m = s.beta1 * m + s.one_minus_beta1 * g;
@@ -101,6 +103,7 @@ struct AdagradScalars {
   float clr;  // lr / (1 + (t-1)*lr_decay)
   float eps, l2_wd, decoupled_wd, inv_scale;
   int decoupled;  // as in AdamScalars: p enters only the term the convention names
+  int l2;         // as in AdamScalars
   int skip;
 };
 
@@ -113,16 +116,19 @@ OPTIM_HD AdagradScalars make_scalars(const AdagradHyper& h, double step, double 
   s.decoupled_wd = h.decoupled ? float(h.weight_decay) : 0.0f;
   s.inv_scale = float(inv_scale);
   s.decoupled = h.decoupled ? 1 : 0;
+  s.l2 = !h.decoupled && h.weight_decay != 0.0 ? 1 : 0;
   s.skip = skip ? 1 : 0;
   return s;
 }
 
-// One Adagrad element, oracle/adagrad.py with eps_mode "outside":
-//   g <- g*inv_scale (+ wd*p for L2);  h <- h + g^2
+// One Adagrad element, oracle/adagrad.py with eps_mode "outside" and
+// zero_decay "skip" (torch's fused Adagrad skips the term too, and at wd == 0
+// it is one multiply-add per element less to hide behind memory):
+//   g <- g*inv_scale (+ wd*p for L2, wd != 0);  h <- h + g^2
 //   p <- p - clr * (g/(sqrt(h) + eps) (+ wd*p decoupled))
 OPTIM_HD void adagrad_update(float& p, float& h, float grad, const AdagradScalars& s) {
   float g = grad * s.inv_scale;
-  if (!s.decoupled) g = g + s.l2_wd * p;
+  if (s.l2) g = g + s.l2_wd * p;
   h = h + g * g;
   float u = g / (sqrtf(h) + s.eps);
   if (s.decoupled) u = u + s.decoupled_wd * p;

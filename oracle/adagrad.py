@@ -4,7 +4,8 @@ Per element, for a param p with grad g at step t (t counts from 1), in this
 order (Duchi et al. 2011; torch.optim.Adagrad's order of operations):
 
     g   <- -g                                  if maximize
-    g   <- g + wd*p                            decay="l2"       (torch)
+    g   <- g + wd*p                            decay="l2"       (torch); at wd == 0 only
+                                               with zero_decay="add" (apex; torch skips it)
     clr <- lr / (1 + (t-1)*lr_decay)
     h   <- h + g^2                             h starts at initial_accumulator_value
            h + (g + wd*p)^2                    decay="accumulator" (the decay enters the
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import GradScaling, OptState, check_counter, check_flag, check_range, drive, maybe_fp32, with_defaults
+from .common import (GradScaling, OptState, check_counter, check_flag, check_range, check_zero_decay, drive, l2_applies,
+                     maybe_fp32, with_defaults)
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "accumulator")
@@ -53,18 +55,22 @@ class AdagradConvention:
     fp32_hparams: bool = False
     zero_accumulator: str = "divide"
     counter_format: str = "exact"
+    # decay "l2" or "accumulator" at weight_decay == 0: "skip" the term or "add" 0*p
+    # (oracle.common.ZERO_DECAYS; they differ only for an infinite or NaN param).
+    zero_decay: str = "skip"
 
     def __post_init__(self):
         for name, allowed in (("decay", DECAYS), ("eps_mode", EPS_MODES), ("zero_accumulator", ZERO_ACCUMULATORS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         check_counter(self.counter, self.counter_format)
+        check_zero_decay(self.zero_decay)
 
 
 TORCH_ADAGRAD = AdagradConvention()
 # optax.adagrad 0.2.8 (scale_by_rss + scale_by_learning_rate): no lr decay and no
-# weight decay of its own (chain add_decayed_weights first: decay="l2").
-OPTAX_ADAGRAD = AdagradConvention(eps_mode="inside", zero_accumulator="zero")
+# weight decay of its own (chain add_decayed_weights first: decay="l2", adding wd*p whatever wd is).
+OPTAX_ADAGRAD = AdagradConvention(eps_mode="inside", zero_accumulator="zero", zero_decay="add")
 ACCUMULATOR_DECAY_ADAGRAD = AdagradConvention(decay="accumulator")
 # DeepSpeedCPUAdagrad 0.19.8 as measured: torch's L2 form, hyperparameters held as float32.
 DEEPSPEED_ADAGRAD = AdagradConvention(decay="l2", fp32_hparams=True)
@@ -92,10 +98,11 @@ def update(p, g, st, hp, t, conv: AdagradConvention):
     h = st.get("sum", np.full_like(p, f(hp["initial_accumulator_value"])))
     if hp["maximize"]:
         g = -g
-    if conv.decay == "l2":
+    l2 = l2_applies(wd, conv.zero_decay)
+    if conv.decay == "l2" and l2:
         g = g + wd * p
     clr = lr / (1.0 + (t - 1) * lr_decay)
-    acc_g = g + wd * p if conv.decay == "accumulator" else g
+    acc_g = g + wd * p if conv.decay == "accumulator" and l2 else g
     h = st["sum"] = h + acc_g * acc_g
     std = np.sqrt(h) + eps if conv.eps_mode == "outside" else np.sqrt(h + eps)
     u = scaled(g, h, std, conv.zero_accumulator)

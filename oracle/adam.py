@@ -4,7 +4,8 @@ Per element, for a param p with grad g at step t (t counts from 1), in this
 order (Kingma & Ba 2015, Algorithm 1; Loshchilov & Hutter 2019 for AdamW):
 
     g  <- -g                                   if maximize
-    g  <- g + wd*p                             decay="l2"          (torch Adam)
+    g  <- g + wd*p                             decay="l2"          (torch Adam); at wd == 0
+                                               only with zero_decay="add" (apex; torch skips it)
     p  <- p * (1 - lr*wd)                      decay="decoupled"   (torch AdamW)
     m  <- b1*m + (1-b1)*g
     v  <- b2*v + (1-b2)*g^2
@@ -56,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .common import (GradScaling, OptState, bias_corrections, check_betas, check_counter, check_flag, check_range,
-                     drive, maybe_fp32, with_defaults)
+                     check_zero_decay, drive, l2_applies, maybe_fp32, with_defaults)
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "decoupled_update")
@@ -86,6 +87,9 @@ class AdamConvention:
     amsgrad_form: str = "max_raw"
     momentum: str = "plain"
     counter_format: str = "exact"
+    # decay="l2" at weight_decay == 0: "skip" the term or "add" 0*p (oracle.common.ZERO_DECAYS;
+    # they differ only for an infinite or NaN param).
+    zero_decay: str = "skip"
 
     def __post_init__(self):
         for name, allowed in (("bias_correction_precision", BC_PRECISIONS), ("decay", DECAYS),
@@ -93,6 +97,7 @@ class AdamConvention:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         check_counter(self.counter, self.counter_format)
+        check_zero_decay(self.zero_decay)
 
 
 TORCH_ADAM = AdamConvention(decay="l2")
@@ -105,18 +110,20 @@ TORCH_NADAMW = AdamConvention(decay="decoupled", eps_mode="outside_corrected", m
 # optax 0.2.8: one int32 count for the whole optimizer, advanced on every update
 # (counter="group" with one group); denominator sqrt(v_hat + eps_root) + eps;
 # adamw/nadamw add wd*p to the update before the learning rate scales it.
-# optax.adam has no decay: chain(add_decayed_weights(wd), adam(lr)) is decay="l2".
-OPTAX_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group")
+# optax.adam has no decay: chain(add_decayed_weights(wd), adam(lr)) is decay="l2", and
+# add_decayed_weights adds wd*p whatever wd is (zero_decay="add").
+OPTAX_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group", zero_decay="add")
 OPTAX_ADAMW = AdamConvention(decay="decoupled_update", eps_mode="outside_corrected", counter="group")
-OPTAX_NADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group", momentum="nesterov")
+OPTAX_NADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group", momentum="nesterov",
+                             zero_decay="add")
 OPTAX_NADAMW = AdamConvention(decay="decoupled_update", eps_mode="outside_corrected", counter="group",
                               momentum="nesterov")
 # optax.amsgrad (scale_by_amsgrad): the running max of the corrected v_hat; with
 # bias_correction_nu=False the max of the raw v, never corrected (m still is).
 OPTAX_AMSGRAD = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group",
-                               amsgrad_form="max_corrected")
+                               amsgrad_form="max_corrected", zero_decay="add")
 OPTAX_AMSGRAD_NU_UNCORRECTED = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group",
-                                              bias_correction_v=False)
+                                              bias_correction_v=False, zero_decay="add")
 
 # eps_root: optax's term inside the square root; momentum_decay: torch NAdam's psi,
 # read only under momentum="nadam" (default torch's 4e-3).
@@ -230,7 +237,8 @@ def update(p, g, st, hp, t, conv: AdamConvention):
     if hp["maximize"]:
         g = -g
     if conv.decay == "l2":
-        g = g + wd * p
+        if l2_applies(wd, conv.zero_decay):
+            g = g + wd * p
     elif conv.decay == "decoupled":
         p = p * (1.0 - lr * wd)
     m, v = st["exp_avg"], st["exp_avg_sq"] = moments(st, g, b1, b2, 1.0 - b1)

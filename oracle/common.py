@@ -84,6 +84,24 @@ def bias_corrections(beta1: float, beta2: float, t: int, enabled: bool) -> tuple
     return 1.0 - math.pow(beta1, t), 1.0 - math.pow(beta2, t)
 
 
+# The L2 term g + wd*p at weight_decay == 0: "skip" leaves it out (torch Adam/Adagrad/SGD,
+# DeepSpeed's CPU kernels, bitsandbytes: `if weight_decay != 0`), "add" adds 0*p (apex,
+# DeepSpeed's CUDA FusedAdam, optax add_decayed_weights). The two differ only where p is
+# +-inf or NaN: 0*p is NaN there, so "add" turns the grad, the state and the param NaN, while
+# "skip" leaves the param as it was and its state finite.
+ZERO_DECAYS = ("skip", "add")
+
+
+def l2_applies(wd, zero_decay: str) -> bool:
+    """Whether the L2 term g + wd*p is formed (see ZERO_DECAYS)."""
+    return zero_decay == "add" or float(wd) != 0.0
+
+
+def check_zero_decay(zero_decay: str) -> None:
+    if zero_decay not in ZERO_DECAYS:
+        raise ValueError(f"zero_decay must be one of {ZERO_DECAYS}, got {zero_decay!r}")
+
+
 def check_counter(counter: str, counter_format: str = "exact") -> None:
     if counter not in COUNTERS:
         raise ValueError(f"counter must be one of {COUNTERS}, got {counter!r}")

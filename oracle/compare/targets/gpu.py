@@ -113,12 +113,16 @@ from .base import Target, torch_make as _torch_make, torch_scaled_step as _torch
 from .extra import _version, make_factory
 from .torch_optim import TORCH_DECLARED, float32_counter
 
-APEX_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group", fp32_hparams=True)
-APEX_ADAGRAD = AdagradConvention(decay="l2", eps_mode="outside", counter="param", fp32_hparams=True)
+# apex's and DeepSpeed's CUDA kernels add wd*p in L2 mode whatever wd is (zero_decay="add").
+APEX_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group", fp32_hparams=True,
+                           zero_decay="add")
+APEX_ADAGRAD = AdagradConvention(decay="l2", eps_mode="outside", counter="param", fp32_hparams=True,
+                                 zero_decay="add")
 APEX_ADAGRAD_W = AdagradConvention(decay="decoupled", eps_mode="outside", counter="param", fp32_hparams=True)
 DS_CUDA_ADAMW = AdamConvention(decay="decoupled_update", eps_mode="outside_corrected", counter="param",
                                fp32_hparams=True)
-DS_CUDA_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="param", fp32_hparams=True)
+DS_CUDA_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="param", fp32_hparams=True,
+                              zero_decay="add")
 
 ADAM_KEYS = {"lr", "betas", "eps", "weight_decay", "bias_correction"}
 ADAGRAD_KEYS = {"lr", "eps", "weight_decay"}
