@@ -233,36 +233,24 @@ class FusedOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
     def _live_params(self, gi: int, group: dict) -> list[tuple[int, torch.Tensor]]:
-        """(index, param) of the params with a grad, after checking them."""
+        """(index, param) of the params with a grad, after checking them. Each step runs this for every
+        param: the checks a valid param passes come first, in one expression; any param that fails
+        one goes through _explain_param, which raises the message."""
         live = []
         device = None
         for i, p in enumerate(group["params"]):
-            where = f"group {gi} param {i}"
-            if not isinstance(p, torch.Tensor):
-                raise TypeError(f"{where}: expected a tensor, got {type(p).__name__}")
-            g = p.grad
+            g = p.grad if isinstance(p, torch.Tensor) else _NOT_A_TENSOR
             if g is None:
                 continue
-            if g.is_sparse:
-                raise RuntimeError(f"{where}: sparse gradients are not supported")
-            if p.is_complex() or g.is_complex():
-                raise RuntimeError(f"{where}: complex params are not supported")
-            if g.shape != p.shape:
-                raise RuntimeError(f"{where}: grad shape {tuple(g.shape)} != param shape {tuple(p.shape)}")
-            if g.dtype != p.dtype:  # no implicit cast: it would round (fp32 -> bf16) or hide a bug
-                raise RuntimeError(f"{where}: grad dtype {g.dtype} != param dtype {p.dtype}")
-            if not p.is_contiguous():
-                raise RuntimeError(f"{where}: non-contiguous params are not supported")
-            if p.dtype not in PARAM_DTYPES:  # changed since construction (p.data = ...)
-                raise ValueError(f"{where}: dtype {p.dtype} is not supported (float32, float16, bfloat16)")
-            device = device or p.device
-            if p.device != device or g.device != device:
-                raise RuntimeError(f"{where}: on {p.device} (grad {g.device}) while the group is on {device}")
-            if p.device.type not in KERNEL_DEVICES:
-                raise ValueError(f"{where}: on {p.device}; the fused kernels run on {' and '.join(KERNEL_DEVICES)} "
-                                 "only (materialize meta params before stepping)")
-            if self.state.get(p):
-                self._check_entry(where, group, p, self.state[p], loaded=True)
+            dev = p.device if g is not _NOT_A_TENSOR else None
+            if not (g is not _NOT_A_TENSOR and not g.is_sparse and g.dtype == p.dtype and p.dtype in PARAM_DTYPES
+                    and g.shape == p.shape and p.is_contiguous() and g.device == dev
+                    and (device is None or dev == device) and dev.type in KERNEL_DEVICES):
+                _explain_param(f"group {gi} param {i}", p, device)
+            device = device or dev
+            entry = self.state.get(p)
+            if entry:
+                self._check_entry(f"group {gi} param {i}", group, p, entry, loaded=True)
             live.append((i, p))
         return live
 
@@ -679,6 +667,36 @@ def call_kernel(device: torch.device, kernel_name: str, *args):
 def stream_arg(device: torch.device) -> tuple:
     """() on the CPU; (the current stream's handle,) on CUDA."""
     return (torch.cuda.current_stream(device).cuda_stream,) if device.type == "cuda" else ()
+
+
+_NOT_A_TENSOR = object()  # the grad _live_params reads for a "param" that is not a tensor
+
+
+def _explain_param(where: str, p, device) -> None:
+    """Raises the error of a param (or its grad) the fused kernels cannot step, in the order the checks
+    are listed; `device`: the group's, from the params before this one (None for the first)."""
+    if not isinstance(p, torch.Tensor):
+        raise TypeError(f"{where}: expected a tensor, got {type(p).__name__}")
+    g = p.grad
+    if g.is_sparse:
+        raise RuntimeError(f"{where}: sparse gradients are not supported")
+    if p.is_complex() or g.is_complex():
+        raise RuntimeError(f"{where}: complex params are not supported")
+    if g.shape != p.shape:
+        raise RuntimeError(f"{where}: grad shape {tuple(g.shape)} != param shape {tuple(p.shape)}")
+    if g.dtype != p.dtype:  # no implicit cast: it would round (fp32 -> bf16) or hide a bug
+        raise RuntimeError(f"{where}: grad dtype {g.dtype} != param dtype {p.dtype}")
+    if not p.is_contiguous():
+        raise RuntimeError(f"{where}: non-contiguous params are not supported")
+    if p.dtype not in PARAM_DTYPES:  # changed since construction (p.data = ...)
+        raise ValueError(f"{where}: dtype {p.dtype} is not supported (float32, float16, bfloat16)")
+    device = device or p.device
+    if p.device != device or g.device != device:
+        raise RuntimeError(f"{where}: on {p.device} (grad {g.device}) while the group is on {device}")
+    if p.device.type not in KERNEL_DEVICES:
+        raise ValueError(f"{where}: on {p.device}; the fused kernels run on {' and '.join(KERNEL_DEVICES)} "
+                         "only (materialize meta params before stepping)")
+    raise AssertionError(f"{where}: passed every check _live_params failed")  # the two lists disagree
 
 
 def _loaded_entry_ok(spec: dict, p: torch.Tensor, entry: dict) -> bool:
