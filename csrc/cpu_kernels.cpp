@@ -111,32 +111,32 @@ void for_each_chunk(const std::vector<int64_t>& numel, int threads, const Body& 
   work.run(body, backward);
 }
 
-// By value: a local op's pointers cannot alias the stores, so they stay in
-// registers and the loop vectorizes.
-template <class Op> void run_chunk(const Op op, int64_t n) {
+// Elements are computed a piece at a time, each piece first asking for the
+// lines kAhead elements on: the hardware prefetchers alone kept fewer reads in
+// flight than memory can serve. An Adagrad loop over 16M on 2 cores: 5.8 ms
+// without, 5.3 ms 1 KiB ahead, 5.15 ms 2 KiB ahead, 5.3-5.8 ms 4-8 KiB ahead.
+constexpr int64_t kPiece = 256, kAhead = 512, kLineFloats = 16;
+
+// Elements [from, to) of op's chunk. By value: a local op's pointers cannot
+// alias the stores, so they stay in registers and the loop vectorizes.
+template <class Op> void run_range(const Op op, int64_t from, int64_t to) {
+  // Past the end of an array a prefetch is only a hint: it never faults.
+  for (int64_t k = from; k < to; k += kLineFloats) op.prefetch(k + kAhead);
 #pragma GCC ivdep
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = from; i < to; ++i) {
     typename Op::Regs r;
     op.load(r, i);
     op.store(r, i);
   }
 }
 
-// Elements [from, to) of op's chunk.
-template <class Op> void run_range(const Op& op, int64_t from, int64_t to) {
-  const Op local = op;
-#pragma GCC ivdep
-  for (int64_t i = from; i < to; ++i) {
-    typename Op::Regs r;
-    local.load(r, i);
-    local.store(r, i);
-  }
+template <class Op> void run_chunk(const Op& op, int64_t n) {
+  for (int64_t at = 0; at < n; at += kPiece) run_range(op, at, std::min(at + kPiece, n));
 }
 
 // Runs up to kStreams chunks' ops side by side, 1 KiB of each in turn (see
 // sumsq_streams: more reads in flight per core).
 template <class Op> void run_streams(const Op* ops, const int64_t* n, int count) {
-  constexpr int64_t kPiece = 256;
   const int64_t longest = *std::max_element(n, n + count);
   for (int64_t at = 0; at < longest; at += kPiece) {
     for (int k = 0; k < count; ++k) {
@@ -307,6 +307,7 @@ template <bool Stream, class Op> void lamb_update_chunk(const Op op, int64_t n, 
   for (int64_t base = 0; base < n; base += kTile) {
     const int64_t len = std::min(kTile, n - base);
     float* const u = Stream ? tile : op.u + base;
+    for (int64_t k = base; k < base + len; k += kLineFloats) op.prefetch(k + kAhead);
 #pragma GCC ivdep
     for (int64_t i = 0; i < len; ++i) {
       typename Op::Regs r;

@@ -22,6 +22,19 @@
 
 namespace optim {
 
+// Hints for the CPU loops, which fetch a piece ahead of the one they compute
+// (cpu_kernels.cpp run_range); no-ops in device code.
+template <class T> OPTIM_HD void prefetch_read(const T* x) {
+#if !defined(__CUDA_ARCH__)
+  __builtin_prefetch(x, 0, 3);
+#endif
+}
+template <class T> OPTIM_HD void prefetch_write(T* x) {
+#if !defined(__CUDA_ARCH__)
+  __builtin_prefetch(x, 1, 3);
+#endif
+}
+
 // A slot accessor: slot(k) -> void* of this tensor's slot k.
 template <class T, class Slot> OPTIM_HD T* slot_at(const Slot& slot, int k, int64_t start) {
   return static_cast<T*>(slot(k)) + start;
@@ -37,6 +50,10 @@ template <class G, class P, class M, bool Master> struct AdamOp {
       : g(slot_at<const G>(slot, 0, start)), p(slot_at<P>(slot, 1, start)),
         m(slot_at<M>(slot, 2, start)), v(slot_at<M>(slot, 3, start)), model(nullptr), s(scalars) {
     if constexpr (Master) model = slot_at<G>(slot, 4, start);
+  }
+  OPTIM_HD void prefetch(int64_t i) const {
+    prefetch_read(g + i); prefetch_write(p + i); prefetch_write(m + i); prefetch_write(v + i);
+    if constexpr (Master) prefetch_write(model + i);
   }
   OPTIM_HD void load(Regs& r, int64_t i) const {
     r.g = to_float(g[i]); r.p = to_float(p[i]); r.m = to_float(m[i]); r.v = to_float(v[i]);
@@ -59,6 +76,10 @@ template <class G, class P, class M, bool Master> struct AdagradOp {
         h(slot_at<M>(slot, 2, start)), model(nullptr), s(scalars) {
     if constexpr (Master) model = slot_at<G>(slot, 3, start);
   }
+  OPTIM_HD void prefetch(int64_t i) const {
+    prefetch_read(g + i); prefetch_write(p + i); prefetch_write(h + i);
+    if constexpr (Master) prefetch_write(model + i);
+  }
   OPTIM_HD void load(Regs& r, int64_t i) const {
     r.g = to_float(g[i]); r.p = to_float(p[i]); r.h = to_float(h[i]);
   }
@@ -79,6 +100,10 @@ template <class G, class P, class M, bool Master> struct SgdMomentumOp {
       : g(slot_at<const G>(slot, 0, start)), p(slot_at<P>(slot, 1, start)),
         b(slot_at<M>(slot, 2, start)), model(nullptr), s(scalars) {
     if constexpr (Master) model = slot_at<G>(slot, 3, start);
+  }
+  OPTIM_HD void prefetch(int64_t i) const {
+    prefetch_read(g + i); prefetch_write(p + i); prefetch_write(b + i);
+    if constexpr (Master) prefetch_write(model + i);
   }
   OPTIM_HD void load(Regs& r, int64_t i) const {
     r.g = to_float(g[i]); r.p = to_float(p[i]); r.b = to_float(b[i]);
@@ -101,6 +126,10 @@ template <class G, class P, class M, bool Master> struct SgdOp {
       : g(slot_at<const G>(slot, 0, start)), p(slot_at<P>(slot, 1, start)), model(nullptr), s(scalars) {
     if constexpr (Master) model = slot_at<G>(slot, 2, start);
   }
+  OPTIM_HD void prefetch(int64_t i) const {
+    prefetch_read(g + i); prefetch_write(p + i);
+    if constexpr (Master) prefetch_write(model + i);
+  }
   OPTIM_HD void load(Regs& r, int64_t i) const { r.g = to_float(g[i]); r.p = to_float(p[i]); }
   OPTIM_HD void store(Regs& r, int64_t i) const {
     sgd_update(r.p, r.g, s);
@@ -119,6 +148,10 @@ template <class G, class P, class M, bool Master> struct LionOp {
       : g(slot_at<const G>(slot, 0, start)), p(slot_at<P>(slot, 1, start)),
         m(slot_at<M>(slot, 2, start)), model(nullptr), s(scalars) {
     if constexpr (Master) model = slot_at<G>(slot, 3, start);
+  }
+  OPTIM_HD void prefetch(int64_t i) const {
+    prefetch_read(g + i); prefetch_write(p + i); prefetch_write(m + i);
+    if constexpr (Master) prefetch_write(model + i);
   }
   OPTIM_HD void load(Regs& r, int64_t i) const {
     r.g = to_float(g[i]); r.p = to_float(p[i]); r.m = to_float(m[i]);
@@ -145,6 +178,10 @@ template <class G, class P, class M> struct LambUpdateOp {
       : g(slot_at<const G>(slot, 0, start)), p(slot_at<const P>(slot, 1, start)),
         m(slot_at<M>(slot, 2, start)), v(slot_at<M>(slot, 3, start)),
         u(slot_at<float>(slot, 4, start)), grad_factor(lamb_grad_factor(scalars, clip_divisor)), s(scalars) {}
+  // u is not fetched: it is written whole, streamed or into a cached scratch.
+  OPTIM_HD void prefetch(int64_t i) const {
+    prefetch_read(g + i); prefetch_read(p + i); prefetch_write(m + i); prefetch_write(v + i);
+  }
   OPTIM_HD void load(Regs& r, int64_t i) const {
     r.g = to_float(g[i]); r.p = to_float(p[i]); r.m = to_float(m[i]); r.v = to_float(v[i]);
   }
@@ -167,6 +204,10 @@ template <class G, class P, bool Master> struct LambApplyOp {
       : u(slot_at<const float>(slot, 0, start)), p(slot_at<P>(slot, 1, start)), model(nullptr),
         step_factor(factor) {
     if constexpr (Master) model = slot_at<G>(slot, 2, start);
+  }
+  OPTIM_HD void prefetch(int64_t i) const {
+    prefetch_read(u + i); prefetch_write(p + i);
+    if constexpr (Master) prefetch_write(model + i);
   }
   OPTIM_HD void load(Regs& r, int64_t i) const { r.u = u[i]; r.p = to_float(p[i]); }
   OPTIM_HD void store(Regs& r, int64_t i) const {
