@@ -268,7 +268,7 @@ template <bool Fma> class SumSq {
 };
 
 // Sums of squares of up to kStreams chunks (x[k], n[k] elements), into
-// out[k], read side by side in 1 KiB pieces with the next ones prefetched.
+// out[k], read side by side in 1 KiB pieces, each asking for the lines 2 KiB on.
 // A read-only pass from memory is bound by the reads one core keeps in flight:
 // one stream read 64 MiB in 3.7 ms on 2 cores, four streams with prefetches in
 // 2.4 ms. Each chunk's sum is the one a single add over it gives (its pieces
@@ -284,7 +284,7 @@ template <class Sum, class T> void sumsq_streams(const T* const* x, const int64_
     for (int k = 0; k < count; ++k) {
       if (at >= n[k]) continue;
       // A prefetch past the end of an array is only a hint: it never faults.
-      for (int64_t l = 0; l < kPiece; l += kLine) __builtin_prefetch(x[k] + at + kPiece + l, 0, 3);
+      for (int64_t l = 0; l < kPiece; l += kLine) __builtin_prefetch(x[k] + at + 2 * kPiece + l, 0, 3);
       sums[k].add(x[k] + at, std::min(kPiece, n[k] - at));
     }
   }
