@@ -277,15 +277,15 @@ constexpr int kStreams = 4;
 
 template <class Sum, class T> void sumsq_streams(const T* const* x, const int64_t* n, int count, double scale,
                                                  double* out) {
-  constexpr int64_t kPiece = 1024 / int64_t(sizeof(T)), kLine = 64 / int64_t(sizeof(T));
+  constexpr int64_t kSpan = 1024 / int64_t(sizeof(T)), kLine = 64 / int64_t(sizeof(T));
   Sum sums[kStreams] = {Sum(scale), Sum(scale), Sum(scale), Sum(scale)};
   const int64_t longest = *std::max_element(n, n + count);
-  for (int64_t at = 0; at < longest; at += kPiece) {
+  for (int64_t at = 0; at < longest; at += kSpan) {
     for (int k = 0; k < count; ++k) {
       if (at >= n[k]) continue;
       // A prefetch past the end of an array is only a hint: it never faults.
-      for (int64_t l = 0; l < kPiece; l += kLine) __builtin_prefetch(x[k] + at + 2 * kPiece + l, 0, 3);
-      sums[k].add(x[k] + at, std::min(kPiece, n[k] - at));
+      for (int64_t l = 0; l < kSpan; l += kLine) __builtin_prefetch(x[k] + at + 2 * kSpan + l, 0, 3);
+      sums[k].add(x[k] + at, std::min(kSpan, n[k] - at));
     }
   }
   for (int k = 0; k < count; ++k) out[k] = sums[k].total();
