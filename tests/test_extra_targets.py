@@ -104,3 +104,19 @@ def test_torchao_fails_under_host_precision_bias_correction():
     t = replace(t, convention=replace(t.convention, bias_correction_precision="float64"))
     ran, bad = _failures(t, pattern="adamw/fp32/wd0.1/single/normal")
     assert ran == 1 and bad and "step=1" in bad[0]
+
+
+def test_only_bitsandbytes_4bit_kernel_warning_is_dropped():
+    """The sweep's first line was bitsandbytes' warning about an optional 4-bit matmul kernel; the filter
+    oracle.compare.targets.extra installs drops that message and no other from that logger."""
+    import logging
+
+    import oracle.compare.targets.extra  # noqa: F401 - installs the filter
+
+    log = logging.getLogger("bitsandbytes.backends.cpu.ops")
+
+    def record(msg):
+        return logging.LogRecord(log.name, logging.WARNING, __file__, 1, msg, None, None)
+
+    assert not log.filter(record("Failed to load CPU gemm_4bit_forward from kernels-community: x"))
+    assert log.filter(record("some other bitsandbytes warning"))

@@ -67,6 +67,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import logging
 import shutil
 
 from oracle.adagrad import AdagradConvention
@@ -84,6 +85,12 @@ TORCHAO_ADAMW = AdamConvention(decay="decoupled", eps_mode="outside", bias_corre
                                bias_correction_precision="compute", counter_format="float32")
 
 INSTALL = "pip install --no-deps 'bitsandbytes>=0.50,<0.51' 'torchao>=0.18,<0.19'"
+
+# bitsandbytes 0.50 logs a warning when imported on a CPU with AVX512-BF16 and without the optional
+# `kernels` package (a 4-bit matmul kernel, backends/cpu/ops.py): nothing its optimizers use, and it
+# was the first line a sweep printed. Only that message is dropped.
+logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
+    lambda record: "gemm_4bit_forward" not in record.getMessage())
 
 # torch-style keys: dropped when they hold torch's neutral value, refused otherwise
 # (bias_correction's neutral value is True, every other key's is falsy)
