@@ -116,6 +116,7 @@ void for_each_chunk(const std::vector<int64_t>& numel, int threads, const Body& 
 // flight than memory can serve. An Adagrad loop over 16M on 2 cores: 5.8 ms
 // without, 5.3 ms 1 KiB ahead, 5.15 ms 2 KiB ahead, 5.3-5.8 ms 4-8 KiB ahead.
 constexpr int64_t kPiece = 256, kAhead = 512, kLineFloats = 16;
+constexpr int64_t kAheadBytes = kAhead * int64_t(sizeof(float));  // 2 KiB, what sumsq_streams uses too
 
 // Elements [from, to) of op's chunk. By value: a local op's pointers cannot
 // alias the stores, so they stay in registers and the loop vectorizes.
@@ -278,13 +279,15 @@ constexpr int kStreams = 4;
 template <class Sum, class T> void sumsq_streams(const T* const* x, const int64_t* n, int count, double scale,
                                                  double* out) {
   constexpr int64_t kSpan = 1024 / int64_t(sizeof(T)), kLine = 64 / int64_t(sizeof(T));
+  constexpr int64_t kAheadAt = kAheadBytes / int64_t(sizeof(T));
+  static_assert(kStreams == 4, "one Sum per stream below");
   Sum sums[kStreams] = {Sum(scale), Sum(scale), Sum(scale), Sum(scale)};
   const int64_t longest = *std::max_element(n, n + count);
   for (int64_t at = 0; at < longest; at += kSpan) {
     for (int k = 0; k < count; ++k) {
       if (at >= n[k]) continue;
       // A prefetch past the end of an array is only a hint: it never faults.
-      for (int64_t l = 0; l < kSpan; l += kLine) __builtin_prefetch(x[k] + at + 2 * kSpan + l, 0, 3);
+      for (int64_t l = 0; l < kSpan; l += kLine) __builtin_prefetch(x[k] + at + kAheadAt + l, 0, 3);
       sums[k].add(x[k] + at, std::min(kSpan, n[k] - at));
     }
   }

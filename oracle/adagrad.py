@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import (GradScaling, OptState, check_counter, check_flag, check_range, check_zero_decay, drive, l2_applies,
-                     maybe_fp32, with_defaults)
+from .common import (ZERO_DECAYS, GradScaling, OptState, check_counter, check_flag, check_range, drive,
+                     l2_applies, maybe_fp32, with_defaults)
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "accumulator")
@@ -60,11 +60,11 @@ class AdagradConvention:
     zero_decay: str = "skip"
 
     def __post_init__(self):
-        for name, allowed in (("decay", DECAYS), ("eps_mode", EPS_MODES), ("zero_accumulator", ZERO_ACCUMULATORS)):
+        for name, allowed in (("decay", DECAYS), ("eps_mode", EPS_MODES), ("zero_accumulator", ZERO_ACCUMULATORS),
+                              ("zero_decay", ZERO_DECAYS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         check_counter(self.counter, self.counter_format)
-        check_zero_decay(self.zero_decay)
 
 
 TORCH_ADAGRAD = AdagradConvention()

@@ -56,8 +56,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import (GradScaling, OptState, bias_corrections, check_betas, check_counter, check_flag, check_range,
-                     check_zero_decay, drive, l2_applies, maybe_fp32, with_defaults)
+from .common import (ZERO_DECAYS, GradScaling, OptState, bias_corrections, check_betas, check_counter, check_flag,
+                     check_range, drive, l2_applies, maybe_fp32, with_defaults)
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "decoupled_update")
@@ -93,11 +93,11 @@ class AdamConvention:
 
     def __post_init__(self):
         for name, allowed in (("bias_correction_precision", BC_PRECISIONS), ("decay", DECAYS),
-                              ("eps_mode", EPS_MODES), ("amsgrad_form", AMSGRAD_FORMS), ("momentum", MOMENTA)):
+                              ("eps_mode", EPS_MODES), ("amsgrad_form", AMSGRAD_FORMS), ("momentum", MOMENTA),
+                              ("zero_decay", ZERO_DECAYS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         check_counter(self.counter, self.counter_format)
-        check_zero_decay(self.zero_decay)
 
 
 TORCH_ADAM = AdamConvention(decay="l2")

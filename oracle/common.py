@@ -97,11 +97,6 @@ def l2_applies(wd, zero_decay: str) -> bool:
     return zero_decay == "add" or float(wd) != 0.0
 
 
-def check_zero_decay(zero_decay: str) -> None:
-    if zero_decay not in ZERO_DECAYS:
-        raise ValueError(f"zero_decay must be one of {ZERO_DECAYS}, got {zero_decay!r}")
-
-
 def check_counter(counter: str, counter_format: str = "exact") -> None:
     if counter not in COUNTERS:
         raise ValueError(f"counter must be one of {COUNTERS}, got {counter!r}")
