@@ -126,4 +126,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("chunk_offsets", &optim::chunk_offsets);
   m.def("chunk_size", &optim::cpu::chunk_size);
   m.def("convert", &b::convert);
+  m.def("claim_order", &optim::cpu::claim_order, py::arg("bounds"), py::arg("threads"), py::arg("backward"),
+        py::arg("slow_us") = 0);
 }

@@ -1,9 +1,11 @@
 #include "cpu_kernels.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -15,6 +17,7 @@
 
 #include "element_ops.h"
 #include "launch_plan.h"
+#include "work_shares.h"
 
 namespace optim::cpu {
 namespace {
@@ -41,57 +44,46 @@ class WorkList {
   // Whether a parallel region over this work is worth its wake-up.
   bool parallel(int threads) const { return threads > 1 && work_.block_slot.size() > 1 && total_ >= kParallelMin; }
 
-  // body(t, start, n) for every chunk, shared among the threads of the
-  // enclosing parallel region (or all on this thread outside one). Static:
-  // each thread streams one contiguous range, which the prefetchers follow;
-  // handing chunks out one at a time (dynamic) interleaves the threads'
-  // streams and made a read-only pass 1.7x slower at 16M on 2 cores (it did
-  // let an idle thread take over a descheduled one's chunks). Results do not
-  // depend on which thread runs a chunk, nor in which order. No barrier at the
-  // end: the caller places one where a later pass reads what this one wrote.
-  //
-  // Backward (each thread walks its own range from the end) serves a pass
-  // that follows a forward pass over the same arrays: it starts on the data
-  // the previous pass touched last, which is still in cache (LAMB's stage 2
-  // after stage 1, the grad norm before stage 1).
-  template <class Body> void run(const Body& body, bool backward = false) const {
-    const auto [lo, hi] = my_share();
-    for (int64_t k = 0; k < hi - lo; ++k) {
-      const Piece c = piece(backward ? hi - 1 - k : lo + k);
-      body(c.t, c.start, c.n);
-    }
-  }
+  // The threads a region over this work should have: `threads` when it is
+  // worth running in parallel, else 1.
+  int team(int threads) const { return parallel(threads) ? threads : 1; }
 
   struct Piece { int64_t t, start, n; };
 
-  // As run, but body(pieces, count) gets up to K consecutive chunks of this
-  // thread's range at once (groups taken backward when asked), for a pass
-  // that reads several streams side by side.
-  template <int K, class Body> void run_groups(const Body& body, bool backward = false) const {
-    const auto [lo, hi] = my_share();
-    const int64_t groups = (hi - lo + K - 1) / K;
-    for (int64_t k = 0; k < groups; ++k) {
-      const int64_t first = lo + (backward ? groups - 1 - k : k) * K;
+  // Groups of up to K consecutive chunks: group g holds chunks [g*K, g*K + K).
+  template <int K> int64_t groups() const { return (blocks() + K - 1) / K; }
+
+  // body(pieces, count) for every group of up to K consecutive chunks (the
+  // units of `shares`, made with groups<K>()), shared among the threads of
+  // the enclosing parallel region (or all on this thread outside one). Each
+  // thread walks its own contiguous share, which the prefetchers follow, and
+  // then helps finish the others' (see WorkShares). Results do not depend on
+  // which thread runs a chunk, nor in which order. No barrier at the end: the
+  // caller places one where a later pass reads what this one wrote.
+  //
+  // Backward (each thread walks its share from the end) serves a pass that
+  // follows a forward pass over the same arrays: it starts on the data the
+  // previous pass touched last, which is still in cache (LAMB's stage 2 after
+  // stage 1, the grad norm before stage 1).
+  template <int K, class Body> void run_groups(WorkShares& shares, const Body& body, bool backward = false) const {
+    const int me = omp_get_thread_num();
+    for (int64_t g; (g = shares.next(me, backward)) >= 0;) {
       Piece pieces[K];
       int count = 0;
-      for (int64_t b = first; b < std::min(hi, first + K); ++b) pieces[count++] = piece(b);
+      for (int64_t b = g * K; b < std::min(blocks(), g * K + K); ++b) pieces[count++] = piece(b);
       body(pieces, count);
     }
+  }
+
+  // As run_groups<1>, calling body(t, start, n) for each chunk.
+  template <class Body> void run(WorkShares& shares, const Body& body, bool backward = false) const {
+    run_groups<1>(shares, [&](const Piece* c, int) { body(c->t, c->start, c->n); }, backward);
   }
 
   int64_t total() const { return total_; }
   int64_t blocks() const { return int64_t(work_.block_slot.size()); }
 
  private:
-  // This thread's blocks [lo, hi): a contiguous, nearly equal share.
-  std::pair<int64_t, int64_t> my_share() const {
-    const int64_t blocks = int64_t(work_.block_slot.size());
-    const int threads = omp_get_num_threads(), me = omp_get_thread_num();
-    const int64_t share = blocks / threads, extra = blocks % threads;
-    const int64_t lo = me * share + std::min<int64_t>(me, extra);
-    return {lo, lo + share + (me < extra ? 1 : 0)};
-  }
-
   Piece piece(int64_t b) const {
     const int64_t t = work_.tensors[size_t(work_.block_slot[size_t(b)])];
     const int64_t start = work_.block_chunk[size_t(b)] * kChunk;
@@ -107,8 +99,10 @@ class WorkList {
 template <class Body>
 void for_each_chunk(const std::vector<int64_t>& numel, int threads, const Body& body, bool backward = false) {
   const WorkList work(numel);
-#pragma omp parallel num_threads(threads) if (work.parallel(threads))
-  work.run(body, backward);
+  const int team = work.team(threads);
+  WorkShares shares(work.groups<1>(), team);
+#pragma omp parallel num_threads(team) if (team > 1)
+  work.run(shares, body, backward);
 }
 
 // Elements are computed a piece at a time, each piece first asking for the
@@ -335,9 +329,8 @@ template <bool Stream, class Op> void lamb_update_chunk(const Op op, int64_t n, 
 // per-chunk partials added in chunk order: the path does not change results.
 constexpr int64_t kWholeMax = int64_t(1) << 18;
 
-// Which LAMB tensors are done whole (numel <= kWholeMax) and which thread does
-// each: thread k of n takes those whose first element, counting the whole
-// tensors' elements in order, falls in the k-th n-th of their total.
+// Which LAMB tensors are done whole (numel <= kWholeMax), and how they are
+// shared out among the threads.
 class WholeTensors {
  public:
   explicit WholeTensors(const std::vector<int64_t>& numel) : first_(numel.size(), -1) {
@@ -345,20 +338,30 @@ class WholeTensors {
       if (numel[t] <= kWholeMax) {
         first_[t] = total_;
         total_ += numel[t];
-        ++count_;
+        ids_.push_back(int64_t(t));
       }
     }
   }
 
   bool whole(size_t t) const { return first_[t] >= 0; }
   int64_t total() const { return total_; }
-  int64_t count() const { return count_; }
+  int64_t count() const { return int64_t(ids_.size()); }
 
-  bool mine(size_t t, int me, int threads) const {
-    if (!whole(t)) return false;
-    // Zero-element tensors by position, so that they are shared out too.
-    const int64_t at = total_ > 0 ? first_[t] * threads / total_ : 0;
-    return std::min<int64_t>(at, threads - 1) == me;
+  // The whole tensors' indices, in order: the units of the shares below.
+  const std::vector<int64_t>& ids() const { return ids_; }
+
+  // Shares for a team: thread k's share is the whole tensors whose first
+  // element, counting the whole tensors' elements in order, falls in the k-th
+  // team-th of their total (zero-element tensors by position, so that they are
+  // shared out too).
+  std::vector<int64_t> bounds(int team) const {
+    std::vector<int64_t> bounds(size_t(team) + 1, 0);
+    for (int k = 1; k <= team; ++k) {
+      int64_t u = bounds[size_t(k) - 1];
+      while (u < count() && owner(u, team) < k) ++u;
+      bounds[size_t(k)] = u;
+    }
+    return bounds;
   }
 
   // The element counts of the tensors that are not whole (0 for whole ones).
@@ -371,9 +374,14 @@ class WholeTensors {
   }
 
  private:
+  int64_t owner(int64_t unit, int team) const {
+    const int64_t at = total_ > 0 ? first_[size_t(ids_[size_t(unit)])] * team / total_ : 0;
+    return std::min<int64_t>(at, team - 1);
+  }
+
   std::vector<int64_t> first_;
+  std::vector<int64_t> ids_;
   int64_t total_ = 0;
-  int64_t count_ = 0;
 };
 
 }  // namespace
@@ -423,8 +431,10 @@ void sumsq(const TensorLists& lists, Dtype dtype, double scale, double* out, int
   with_storage(dtype, [&](auto x) {
     using T = decltype(x);
     const WorkList work(lists.numel);
-#pragma omp parallel num_threads(threads) if (work.parallel(threads))
-    work.run_groups<kStreams>([&](const WorkList::Piece* pieces, int count) {
+    const int team = work.team(threads);
+    WorkShares shares(work.groups<kStreams>(), team);
+#pragma omp parallel num_threads(team) if (team > 1)
+    work.run_groups<kStreams>(shares, [&](const WorkList::Piece* pieces, int count) {
       const T* x[kStreams];
       int64_t n[kStreams];
       double out[kStreams];
@@ -453,6 +463,9 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
   const bool stream = work.total() * int64_t(sizeof(float)) >= kStreamBytes;
   const bool parallel = threads > 1 && work.blocks() + whole.count() > 1 &&
                         work.total() + whole.total() >= kParallelMin;
+  const int team = parallel ? threads : 1;
+  WorkShares stage1_shares(work.groups<1>(), team), whole_shares(whole.bounds(team)),
+      stage2_shares(work.groups<2>(), team);
   with_kinds(kinds, [&](auto g, auto p, auto m, auto master) {
     using Update = LambUpdateOp<decltype(g), decltype(p), decltype(m)>;
     using Apply = LambApplyOp<decltype(g), decltype(p), decltype(master)::value>;
@@ -489,13 +502,12 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
     // tensors start to finish; the barrier and the one ending `single` order
     // the chunked tensors' stages. Stage 2 walks backward, from where stage 1
     // ended, on the params still in cache.
-#pragma omp parallel num_threads(threads) if (parallel)
+#pragma omp parallel num_threads(team) if (team > 1)
     {
-      work.run([&](int64_t t, int64_t start, int64_t n) { stage1(t, start, n, stream); });
-      const int me = omp_get_thread_num(), team = omp_get_num_threads();
+      work.run(stage1_shares, [&](int64_t t, int64_t start, int64_t n) { stage1(t, start, n, stream); });
       if (whole.count() > 0 && whole_u.size() < size_t(kWholeMax)) whole_u.resize(size_t(kWholeMax));
-      for (size_t t = 0; t < tensors; ++t) {
-        if (!whole.mine(t, me, team)) continue;
+      for (int64_t u; (u = whole_shares.next(omp_get_thread_num(), false)) >= 0;) {
+        const size_t t = size_t(whole.ids()[size_t(u)]);
         const int64_t n = lists.numel[t];
         for (int64_t start = 0; start < n; start += kChunk) stage1(int64_t(t), start, std::min(kChunk, n - start), false);
         factor(t);
@@ -510,13 +522,31 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
       }
       // Two chunks side by side: stage 2 reads u and p of each (10% faster at
       // 16M than one chunk at a time, with u coming from memory).
-      work.run_groups<2>([&](const WorkList::Piece* pieces, int count) {
+      work.run_groups<2>(stage2_shares, [&](const WorkList::Piece* pieces, int count) {
         const Apply ops[2] = {apply_of(pieces[0]), apply_of(pieces[count - 1])};
         const int64_t n[2] = {pieces[0].n, pieces[count - 1].n};
         run_streams(ops, n, count);
       }, /*backward=*/true);
     }
   });
+}
+
+std::vector<std::vector<int64_t>> claim_order(const std::vector<int64_t>& bounds, int threads, bool backward,
+                                              int64_t slow_us) {
+  if (bounds.size() < 2 || bounds.front() != 0 || !std::is_sorted(bounds.begin(), bounds.end())) {
+    throw std::invalid_argument("claim_order: bounds must ascend from 0, with at least one share");
+  }
+  WorkShares shares(bounds);
+  std::vector<std::vector<int64_t>> order(size_t(std::max(threads, 1)));
+#pragma omp parallel num_threads(threads)
+  {
+    const int me = omp_get_thread_num();
+    for (int64_t u; (u = shares.next(me, backward)) >= 0;) {
+      order[size_t(me)].push_back(u);
+      if (me == 1 && slow_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
+    }
+  }
+  return order;
 }
 
 void convert(const void* src, Dtype src_dtype, void* dst, Dtype dst_dtype, int64_t n) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "optim_math.h"
 #include "tensor_lists.h"
@@ -38,6 +39,13 @@ struct LambTrust {
 // per-thread scratch that stays in cache.
 void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars& s, double clip,
           const LambTrust& trust, double* p_sumsq, double* u_sumsq, int threads);
+
+// The units each thread claims from WorkShares(bounds), in claim order, when
+// `threads` threads claim until none is left (from their shares' ends when
+// backward) and thread 1 sleeps `slow_us` microseconds per unit: for tests
+// that every unit is run once and that a fast thread takes over a slow one's.
+std::vector<std::vector<int64_t>> claim_order(const std::vector<int64_t>& bounds, int threads, bool backward,
+                                              int64_t slow_us);
 
 // Storage conversion, exposed for tests of storage.h.
 void convert(const void* src, Dtype src_dtype, void* dst, Dtype dst_dtype, int64_t n);
