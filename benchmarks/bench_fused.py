@@ -42,13 +42,24 @@ What the CPU kernels do to run at the memory limit (16M fp32, 2 cores):
   to 1.0-1.04x, our AdamW fp32 from 0.95-0.98x of torch's time to 0.88-0.94x.
 - Adagrad and Adam leave the L2 term out at weight_decay 0, as torch does (oracle zero_decay="skip").
 
-Where LAMB's time goes (one 16M tensor; each pass timed inside a loop of steps): grad norm 2.2 ms,
-stage 1 9.5-10 ms, stage 2 3.9 ms, against 10.1-10.3 ms for our AdamW step.
-- Every pass now runs at AdamW's rate, about 43 GB/s, so one 16M tensor costs about the ratio of
-  the bytes moved, 44/28 = 1.57x, plus the barrier between the stages: 1.58-1.68x over runs
-  (1.65x, the median of 15 rounds, the last time it was measured). The 1.6x asked for is that floor:
-  a tensor's norms need all of it before stage 2 can start, so stage 2 reads u and p back from
-  memory (three 64 MiB arrays do not stay in this machine's caches between the stages).
+Where LAMB's time goes (one 16M tensor; each pass timed inside a loop of steps, with a timing build
+that is not committed). Earlier machine: grad norm 2.2 ms, stage 1 9.5-10 ms, stage 2 3.9 ms, against
+10.1-10.3 ms for our AdamW step; 1.58-1.69x over runs. The machine of 2026-12-01 (slower memory): grad
+norm 2.3-2.9 ms, stage 1 12.1-13.7 ms, stage 2 5.1-5.7 ms, against 11.75-12.3 ms for AdamW in the same
+runs; 1.70-1.77x over runs.
+- One 16M tensor must move 44 bytes per param to AdamW's 28: 1.57x if every pass ran at AdamW's
+  rate. A tensor's norms need all of it before stage 2 can start, so stage 2 reads u and p back from
+  memory (three 64 MiB arrays do not stay in the caches between the stages).
+- Not every pass can run at AdamW's rate. The grad norm only reads, and a read-only pass is bound by
+  the reads a core keeps in flight: on the machine of 2026-12-01 a standalone read of 64 MiB from
+  memory (2 threads, 1-8 streams, with and without prefetch) ran at 20-25 GB/s, where AdamW moves
+  38 GB/s of reads and writes. So the 1.6x asked for is not reached with one 16M tensor.
+- A thread done with its share of chunks takes the far end of the other's (csrc/work_shares.h): one
+  thread had run stage 1 in 15.5 ms and the other in 13.2 ms (averaged over 51 steps), and a pass
+  ends with its slower thread. Both now end together (12.7 ms). Side by side with the commit before
+  (two alternating runs of 7 rounds each, 2026-12-01), against torch's fused step: AdamW fp32
+  1.07x -> 1.13x, Adagrad 1.05-1.06x -> 1.13x (1 tensor) and 1.03-1.06x -> 1.07-1.12x (100).
+  LAMB's ratio to AdamW hardly moved: AdamW gained as much.
 - Stage 1 divides by the per-step constants (bc1, bc2 under the root, the clip divisor) through
   reciprocals rounded once from double, as AdamW folds lr/bc1: that has the error of a quotient by a
   rounded divisor (the tolerance is unchanged) and leaves one division and one root per element, as
