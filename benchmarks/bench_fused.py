@@ -11,6 +11,7 @@ Suites (each row: one configuration, both implementations built on their own cop
   adagrad  FusedAdagrad vs torch.optim.Adagrad(fused=True); fp32; 1 or 100 tensors
   lamb     FusedLAMB vs our FusedAdam (the same kernel family: what LAMB's extra passes cost); fp32;
            1 or 100 tensors
+  lamb_noclip  the same with max_grad_norm=0: no global clipping, so no grad-norm pass
 
 In each row the two implementations and a copy (dst.copy_(src), numel floats) are timed in turn, round
 after round (interleaved, so that drift on a shared machine hits all three); a round times `iters`
@@ -34,6 +35,7 @@ Bytes moved per param, per step (r: read, w: written; 4 bytes per fp32, 2 per bf
                                 (1.57x AdamW's 28: the least LAMB's three passes can move)
                 tensors <= 256Ki elements: grad norm 4; stage 1 and 2 back to back,
                                   r g p m v, w m v p (u and p stay in cache)  total     32
+                max_grad_norm=0 (lamb_noclip): no grad norm, 40 (28 for small tensors)
 
 What the CPU kernels do to run at the memory limit (16M fp32, 2 cores):
 - Every element loop works in 256-element pieces and asks for the lines 2 KiB ahead of each piece
@@ -54,6 +56,11 @@ runs; 1.70-1.77x over runs.
   the reads a core keeps in flight: on the machine of 2026-12-01 a standalone read of 64 MiB from
   memory (2 threads, 1-8 streams, with and without prefetch) ran at 20-25 GB/s, where AdamW moves
   38 GB/s of reads and writes. So the 1.6x asked for is not reached with one 16M tensor.
+- Without global clipping (max_grad_norm=0, suite lamb_noclip) there is no grad-norm pass
+  (fused/lamb.py skips it): 40 bytes, 1.43x AdamW's at equal rates, the traffic of stages 1 and 2
+  alone. One run of 15 rounds (2026-12-01): 1.50x with one 16M tensor and 1.22x with 100, where the
+  default LAMB took 1.80x and 1.49x in the same run. Clipping cost 3.6 ms a step, more than the
+  pass alone (2.4 ms): the grads it reads push out of the cache what stage 1 would have found there.
 - A thread done with its share of chunks takes the far end of the other's (csrc/work_shares.h): one
   thread had run stage 1 in 15.5 ms and the other in 13.2 ms (averaged over 51 steps), and a pass
   ends with its slower thread. Both now end together (12.7 ms). Side by side with the commit before
@@ -86,7 +93,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fused import FusedAdagrad, FusedAdam, FusedLAMB  # noqa: E402
 
-SUITES = ("adamw", "adagrad", "lamb")
+SUITES = ("adamw", "adagrad", "lamb", "lamb_noclip")
 # Tensors of at most this many elements take the CPU LAMB kernel's one-thread path (kWholeMax in
 # csrc/cpu_kernels.cpp), which moves 32 bytes per param instead of 44.
 LAMB_WHOLE_MAX = 2 ** 18
@@ -131,6 +138,10 @@ def lamb_ours(ps):
     return FusedLAMB(ps, lr=1e-3, weight_decay=0.01).step
 
 
+def lamb_noclip_ours(ps):
+    return FusedLAMB(ps, lr=1e-3, weight_decay=0.01, max_grad_norm=0.0).step
+
+
 def configs(suites, numel, adamw_tensors=(1, 4), many=100) -> list[Config]:
     out = []
     f32, bf16 = torch.float32, torch.bfloat16
@@ -148,6 +159,11 @@ def configs(suites, numel, adamw_tensors=(1, 4), many=100) -> list[Config]:
         for n in (1, many):
             lamb_bytes = 32 if numel // n <= LAMB_WHOLE_MAX else 44
             out.append(Config("lamb", f32, f32, n, Impl("ours lamb", lamb_ours, lamb_bytes),
+                              Impl("ours adamw", adamw_ours(f32), 28)))
+    if "lamb_noclip" in suites:  # no grad-norm pass: 4 bytes less
+        for n in (1, many):
+            lamb_bytes = 28 if numel // n <= LAMB_WHOLE_MAX else 40
+            out.append(Config("lamb_noclip", f32, f32, n, Impl("lamb mgn=0", lamb_noclip_ours, lamb_bytes),
                               Impl("ours adamw", adamw_ours(f32), 28)))
     return out
 
@@ -208,17 +224,18 @@ def short(dtype: torch.dtype) -> str:
 
 
 def table(rows) -> str:
-    head = (f"{'suite':8} {'dtype':8} {'moments':8} {'tensors':>7} | {'A':10} {'ms':>8} {'B/p':>4} {'GB/s':>6} "
+    head = (f"{'suite':11} {'dtype':8} {'moments':8} {'tensors':>7} | {'A':10} {'ms':>8} {'B/p':>4} {'GB/s':>6} "
             f"{'%copy':>6} | {'B':10} {'ms':>8} {'B/p':>4} {'GB/s':>6} {'%copy':>6} | {'B/A time':>8} "
             f"{'copy GB/s':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
         sides = " | ".join(f"{r[k + '_name']:10} {r[k + '_ms']:8.2f} {r[k + '_bytes_per_param']:4d} "
                            f"{r[k + '_gbs']:6.1f} {100 * r[k + '_copy_fraction']:5.0f}%" for k in ("ours", "baseline"))
-        lines.append(f"{r['suite']:8} {r['dtype']:8} {r['moments']:8} {r['tensors']:7d} | {sides} | "
+        lines.append(f"{r['suite']:11} {r['dtype']:8} {r['moments']:8} {r['tensors']:7d} | {sides} | "
                      f"{r['ratio']:7.3f}x {r['copy_gbs']:9.1f}")
-    lines.append("B/A time: the baseline's step time over ours (median of per-round ratios); for lamb, A is "
-                 "LAMB and B our AdamW, so 1/(B/A) is LAMB's cost in AdamW steps. B/p: bytes moved per param.")
+    lines.append("B/A time: the baseline's step time over ours (median of per-round ratios); for lamb and "
+                 "lamb_noclip, A is LAMB and B our AdamW, so 1/(B/A) is LAMB's cost in AdamW steps. B/p: bytes "
+                 "moved per param.")
     return "\n".join(lines)
 
 

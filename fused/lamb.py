@@ -2,7 +2,8 @@
 oracle's stages so that a mismatch can be pinned to one:
 
   1. clip     G = ||all grads of all groups * inv_scale||; every grad is divided by
-              G/max_grad_norm when G > max_grad_norm (max_grad_norm: the constructor's)
+              G/max_grad_norm when G > max_grad_norm (max_grad_norm: the constructor's;
+              0 turns clipping off, and G is then not computed)
   2-3. moments and update, one kernel per dtype and group:
               g <- g + wd*p (adam_w_mode=False);  m <- b1*m + b3*g, b3 = 1-b1 with
               grad_averaging else 1;  v <- b2*v + (1-b2)*g^2
@@ -12,10 +13,11 @@ oracle's stages so that a mismatch can be pinned to one:
   5. apply    p <- p - lr * ratio * u
 
 The kernels run this in three passes over memory: the global grad norm (reads
-g), then stage 1 = 2-4 (reads g, p, m, v; writes m, v, u; sums p^2 and u^2 per
-tensor on the way), then stage 2 = 5 (reads u, p; writes p). u lives in an fp32
-buffer (on the CPU, a tensor of at most 256Ki elements keeps its u in a per-thread
-scratch instead, still in cache for stage 2); the caller's grads are only read.
+g; skipped when max_grad_norm is 0), then stage 1 = 2-4 (reads g, p, m, v; writes
+m, v, u; sums p^2 and u^2 per tensor on the way), then stage 2 = 5 (reads u, p;
+writes p). u lives in an fp32 buffer (on the CPU, a tensor of at most 256Ki
+elements keeps its u in a per-thread scratch instead, still in cache for stage 2);
+the caller's grads are only read.
 The kernels divide by bc1, sqrt(bc2) and the clip divisor through reciprocals
 rounded once from double (csrc/optim_math.h make_lamb_scalars).
 """
@@ -50,7 +52,10 @@ class FusedLAMB(FusedOptimizer):
 
     def _step_groups(self, scaling: Scaling, lives: list) -> None:
         scaling = scaling.for_group(on_device=False)
-        grad_sumsq = self._grad_sumsq([p.grad for live in lives for _, p in live], scaling.inv_scale)
+        if float(self.defaults["max_grad_norm"]) > 0:
+            grad_sumsq = self._grad_sumsq([p.grad for live in lives for _, p in live], scaling.inv_scale)
+        else:  # no clipping: the divisor is 1 whatever the norm, so the pass over every grad is skipped
+            grad_sumsq = torch.zeros((), dtype=torch.float64)
         for group, live in zip(self.param_groups, lives):
             self._advance_counter(group, scaling)
             for bucket in self._buckets(group, live):

@@ -16,7 +16,8 @@ EXPECTED = {("adamw", "float32", "float32", 1), ("adamw", "float32", "float32", 
             ("adamw", "bfloat16", "float32", 1), ("adamw", "bfloat16", "float32", 4),
             ("adamw", "bfloat16", "bfloat16", 1), ("adamw", "bfloat16", "bfloat16", 4),
             ("adagrad", "float32", "float32", 1), ("adagrad", "float32", "float32", 100),
-            ("lamb", "float32", "float32", 1), ("lamb", "float32", "float32", 100)}
+            ("lamb", "float32", "float32", 1), ("lamb", "float32", "float32", 100),
+            ("lamb_noclip", "float32", "float32", 1), ("lamb_noclip", "float32", "float32", 100)}
 
 
 def test_quick_run_prints_and_writes_every_row(tmp_path, capsys):
@@ -39,10 +40,13 @@ def test_quick_run_prints_and_writes_every_row(tmp_path, capsys):
     assert all(r["ours_name"] == "ours lamb" and r["baseline_name"] == "ours adamw" for r in lamb)
     # 64Ki params: every LAMB tensor takes the kernel's one-thread path (u stays in cache), 32 bytes
     assert all(r["ours_bytes_per_param"] == 32 and r["baseline_bytes_per_param"] == 28 for r in lamb)
+    noclip = [r for r in rows if r["suite"] == "lamb_noclip"]  # without the grad-norm pass: 4 bytes less
+    assert all(r["ours_name"] == "lamb mgn=0" and r["ours_bytes_per_param"] == 28 for r in noclip)
     assert all(r["ours_bytes_per_param"] == 20 for r in rows if r["suite"] == "adagrad")
     # one printed line per row, plus the header, rule, legend and the title
     assert len(text.strip().splitlines()) == len(EXPECTED) + 4
     assert sum(line.startswith("lamb ") for line in text.splitlines()) == 2
+    assert sum(line.startswith("lamb_noclip ") for line in text.splitlines()) == 2
 
 
 def test_suite_option_selects_rows(capsys):

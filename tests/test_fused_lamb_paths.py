@@ -179,3 +179,37 @@ def test_reused_update_buffers_follow_new_and_larger_params():
     for a, b in zip(small + big, twins):
         assert torch.equal(bits(a.detach()), bits(b.detach()))
     assert (big[0].detach() != big_before).all()  # the new group did step
+
+
+def test_without_clipping_the_grad_norm_pass_is_skipped(monkeypatch):
+    """max_grad_norm = 0 turns clipping off, so FusedLAMB skips the pass that reads every grad for the
+    global norm. Against a clipping threshold no norm reaches (the pass runs, the divisor is 1): the
+    same bits, step after step."""
+    import fused.lamb
+    from fused import FusedLAMB
+
+    def params():
+        gen = torch.Generator().manual_seed(5)
+        ps = [torch.randn(n, generator=gen).requires_grad_() for n in (WHOLE_MAX + 7, 33)]
+        for p in ps:
+            p.grad = torch.randn(p.shape, generator=gen) * 10.0  # a norm far above 1: clipping would act
+        return ps
+
+    off, high = params(), params()
+    opt_off = FusedLAMB(off, lr=1e-2, max_grad_norm=0.0)
+    opt_high = FusedLAMB(high, lr=1e-2, max_grad_norm=1e30)
+    passes = []
+    real = fused.lamb.sumsq
+    monkeypatch.setattr(fused.lamb, "sumsq", lambda *a: passes.append(1) or real(*a))
+    for _ in range(3):
+        opt_off.step()
+    assert passes == []
+    for _ in range(3):
+        opt_high.step()
+    assert len(passes) == 3
+    for a, b in zip(off, high):
+        assert torch.equal(bits(a.detach()), bits(b.detach()))
+    for sa, sb in zip(opt_off.state.values(), opt_high.state.values()):
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(bits(sa[key]), bits(sb[key]))
+    assert not torch.equal(off[0].detach(), params()[0].detach())  # the params did step
