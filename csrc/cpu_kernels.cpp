@@ -536,8 +536,9 @@ std::vector<std::vector<int64_t>> claim_order(const std::vector<int64_t>& bounds
   if (bounds.size() < 2 || bounds.front() != 0 || !std::is_sorted(bounds.begin(), bounds.end())) {
     throw std::invalid_argument("claim_order: bounds must ascend from 0, with at least one share");
   }
+  if (threads < 1) throw std::invalid_argument("claim_order: threads must be at least 1");
   WorkShares shares(bounds);
-  std::vector<std::vector<int64_t>> order(size_t(std::max(threads, 1)));
+  std::vector<std::vector<int64_t>> order(static_cast<size_t>(threads));
 #pragma omp parallel num_threads(threads)
   {
     const int me = omp_get_thread_num();

@@ -68,3 +68,5 @@ def test_bad_bounds_are_refused(ext):
         ext.claim_order([0, 5, 3], 2, False)
     with pytest.raises(ValueError, match="bounds"):
         ext.claim_order([1, 5], 1, False)
+    with pytest.raises(ValueError, match="threads"):
+        ext.claim_order([0, 5], 0, False)
