@@ -26,7 +26,10 @@ from pathlib import Path
 
 import torch
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
+# The repository's csrc/ (a clone, an editable install); a wheel carries a copy inside the package
+# (setup.py).
+_REPO_CSRC = Path(__file__).resolve().parent.parent / "csrc"
+CSRC = _REPO_CSRC if _REPO_CSRC.is_dir() else Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = ["cpu_bindings.cpp", "cpu_kernels.cpp"]
 CUDA_SOURCES = ["cuda_bindings.cpp", "cuda_adam.cu", "cuda_adagrad.cu", "cuda_lamb.cu", "cuda_sgd.cu",
                 "cuda_lion.cu"]

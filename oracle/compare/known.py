@@ -48,9 +48,11 @@ class KnownFileError(ValueError):
 
 
 def default_path() -> Path:
-    """reports/known.toml next to the package (the repository's reports/)."""
+    """reports/known.toml next to the package (the repository's reports/); in a wheel, which has no
+    repository around it, the copy it carries (oracle/compare/known_findings/, see setup.py)."""
     import oracle
-    return Path(oracle.__file__).resolve().parents[1] / "reports" / "known.toml"
+    repo = Path(oracle.__file__).resolve().parents[1] / "reports" / "known.toml"
+    return repo if repo.exists() else Path(__file__).resolve().with_name("known_findings") / "known.toml"
 
 
 # --- version specifiers ----------------------------------------------------------------------
