@@ -16,9 +16,10 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-# (source in the repository, destination inside the built packages, files to take)
+# (source in the repository, destination inside the built packages, files to take). All of csrc/:
+# fused._ext.build_key hashes every file there, so the copy keys builds as the repository does.
 COPIES = (
-    ("csrc", "fused/csrc", ("*.h", "*.cuh", "*.cpp", "*.cu")),
+    ("csrc", "fused/csrc", ("*",)),
     ("reports", "oracle/compare/known_findings", ("known.toml", "known/*.py")),
 )
 
@@ -28,7 +29,7 @@ class BuildPyWithData(build_py):
         super().run()
         for src, dst, patterns in COPIES:
             for pattern in patterns:
-                for path in sorted((ROOT / src).glob(pattern)):
+                for path in sorted(p for p in (ROOT / src).glob(pattern) if p.is_file()):
                     target = Path(self.build_lib) / dst / path.relative_to(ROOT / src)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(path, target)

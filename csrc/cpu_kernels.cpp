@@ -498,10 +498,11 @@ void lamb(const TensorLists& lists, const StorageKinds& kinds, const LambScalars
     };
     auto stage2 = [&](int64_t t, int64_t start, int64_t n) { run_chunk(apply_of({t, start, n}), n); };
     // One parallel region for everything (one wake-up of the threads). Each
-    // thread runs its share of the chunked tensors' stage 1, then its whole
-    // tensors start to finish; the barrier and the one ending `single` order
-    // the chunked tensors' stages. Stage 2 walks backward, from where stage 1
-    // ended, on the params still in cache.
+    // thread runs the chunked tensors' stage 1, then whole tensors start to
+    // finish (its own share, then what is left of the others', WorkShares);
+    // the barrier and the one ending `single` order the chunked tensors'
+    // stages. Stage 2 walks backward, from where stage 1 ended, on the params
+    // still in cache.
 #pragma omp parallel num_threads(team) if (team > 1)
     {
       work.run(stage1_shares, [&](int64_t t, int64_t start, int64_t n) { stage1(t, start, n, stream); });
