@@ -1,9 +1,10 @@
 """Builds and loads the C++/CUDA extensions, once, the way apex and DeepSpeed do.
 
 `torch.utils.cpp_extension.load` compiles csrc/ with ninja into a build
-directory (env FUSED_BUILD_DIR, default ~/.cache/optimizer-oracle/<torch, python>);
-a library built there from the same csrc/, flags and torch install is loaded
-as it is (build_key), otherwise torch's load rebuilds what changed. No
+directory (env FUSED_BUILD_DIR, default ~/.cache/optimizer-oracle/<torch, python,
+hash of the build key>): one folder per csrc/ content, flags and torch install,
+so environments and checkouts never share one. A library whose stamp matches
+the key and its own sha256 is loaded as it is; otherwise torch's load rebuilds. No
 build isolation, no download: the installed torch's headers and libraries.
 
 The CPU extension uses no CUDA header or library, so it loads with the
@@ -43,12 +44,19 @@ COMMON_CFLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off"]
 CUDA_CFLAGS = ["-O3", "--fmad=false", "-lineinfo"]
 
 
-def build_dir(name: str) -> Path:
+def build_dir(name: str, key: dict) -> Path:
+    """<root>/torch<version>-py<XY>-<hash of key>/<name>: one folder per build key, so two environments
+    (another venv's torch install path) or two checkouts of different csrc/ never share a folder, and
+    neither can overwrite the library the other stamped."""
     root = os.environ.get("FUSED_BUILD_DIR") or Path.home() / ".cache" / "optimizer-oracle"
-    tag = f"torch{torch.__version__.replace('+', '_')}-py{sys.version_info.major}{sys.version_info.minor}"
-    path = Path(root) / tag / name
+    version = f"torch{torch.__version__.replace('+', '_')}-py{sys.version_info.major}{sys.version_info.minor}"
+    path = Path(root) / f"{version}-{key_digest(key)}" / name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def key_digest(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @functools.cache
@@ -92,7 +100,7 @@ def build_lock(directory):
         yield
 
 
-STAMP = ".oracle-build.json"  # in the build directory: build_key() of the library there
+STAMP = ".oracle-build.json"  # in the build directory: build_key() of the library there, and its sha256
 
 
 def build_key(name: str, kwargs: dict) -> dict:
@@ -105,17 +113,32 @@ def build_key(name: str, kwargs: dict) -> dict:
             "torch_dir": os.path.dirname(torch.__file__), "python": sys.version.split()[0]}
 
 
+def library_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_stamp(where: Path, name: str, key: dict) -> None:
+    """Stamps the library just built in `where` with its key and its own hash."""
+    stamp = {**key, "library_sha256": library_digest(where / f"{name}.so")}
+    (where / STAMP).write_text(json.dumps(stamp, indent=1))
+
+
 def _import_stamped(name: str, where: Path, key: dict):
-    """The library in `where` if its stamp says it was built from exactly `key`, else None.
+    """The library in `where` if its stamp says it was built from exactly `key` and the library is the
+    one stamped (its sha256), else None: a library another build replaced is rebuilt, never loaded.
 
     torch's load runs ninja first, and ninja recompiles every object whose headers are newer than it:
     after a reinstall of torch (a fresh venv, as in CI) that is a full rebuild of sources that did not
     change. The stamp's key is what a rebuild could change, so a matching stamp loads the library as is."""
     try:
-        if json.loads((where / STAMP).read_text()) != key:
+        stamp = json.loads((where / STAMP).read_text())
+        library = where / f"{name}.so"
+        if {k: v for k, v in stamp.items() if k != "library_sha256"} != key:
             return None
-        return import_library(name, where / f"{name}.so")
-    except (OSError, ValueError, ImportError):
+        if stamp.get("library_sha256") != library_digest(library):
+            return None
+        return import_library(name, library)
+    except (OSError, ValueError, ImportError, AttributeError):
         return None
 
 
@@ -135,14 +158,14 @@ def _load(name: str, sources: list[str], **kwargs):
     from torch.utils.cpp_extension import load
 
     verbose = os.environ.get("FUSED_BUILD_VERBOSE", "") not in ("", "0")
-    where = build_dir(name)
     key = build_key(name, {"sources": sources, **kwargs})
+    where = build_dir(name, key)
     with build_lock(where):
         module = _import_stamped(name, where, key)
         if module is None:
             module = load(name=name, sources=[str(CSRC / s) for s in sources], extra_include_paths=[str(CSRC)],
                           build_directory=str(where), verbose=verbose, **kwargs)
-            (where / STAMP).write_text(json.dumps(key, indent=1))
+            write_stamp(where, name, key)
         return module
 
 
@@ -150,6 +173,12 @@ def cpu_build() -> tuple[str, list[str], dict]:
     """(name, sources, torch load arguments) of the CPU extension."""
     cflags = [*COMMON_CFLAGS, *native_arch_flags(), "-fopenmp"]
     return "fused_optim_cpu", CPU_SOURCES, dict(extra_cflags=cflags, extra_ldflags=["-fopenmp"], with_cuda=False)
+
+
+def cpu_build_dir() -> Path:
+    """The build folder of the CPU extension for this csrc/, these flags and this torch install."""
+    name, sources, kwargs = cpu_build()
+    return build_dir(name, build_key(name, {"sources": sources, **kwargs}))
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fused._ext import build_dir, build_lock
+from fused._ext import build_lock, cpu_build_dir
 
 _HOLD = """
 import sys, time
@@ -57,7 +57,7 @@ def test_the_fused_extension_loads_past_a_stale_lock(tmp_path):
     pytest.importorskip("torch")
     from fused import _ext
     _ext.cpu()  # built (or loaded) here first
-    src = build_dir("fused_optim_cpu")
+    src = cpu_build_dir()
     tag = src.parent.name
     # with its stamp: loaded from its .so (tests/test_fused_build_cache.py) once build_lock removed the lock
     shutil.copytree(src, tmp_path / tag / "fused_optim_cpu", ignore=shutil.ignore_patterns("lock", "*.flock"))
