@@ -266,8 +266,13 @@ def check_report_dir(path: str) -> None:
     that cannot be created or written (read-only, no permission), a full disk. Nothing in it changes."""
     if not path:
         raise UsageError("--report-dir is empty; name a folder (default reports/latest)")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"--report-dir {path!r} cannot be written in a report (not UTF-8 encodable)") from None
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"--report-dir {path!r} exists and is not a folder")
+    check_report_files(path)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
@@ -290,6 +295,25 @@ def check_report_dir(path: str) -> None:
     if free < REPORT_MIN_FREE:
         raise UsageError(f"--report-dir {path!r}: its disk has {free / 2**20:.1f} MB free; a report needs up to "
                          f"{REPORT_MIN_FREE >> 20} MB")
+
+
+def check_report_files(path: str) -> None:
+    """What an earlier run (or someone else) left in the folder that would stop this run's report at the
+    end: a published name that is a folder or a link, a journal that is not one of ours."""
+    from .publish import JOURNAL, JOURNAL_LIMIT, MANIFEST, checked_journal
+    from .report import FILES as REPORT_FILES
+    from .untrusted import DataFileError, is_plain_file, read_json
+    for name in (*REPORT_FILES, MANIFEST):
+        where = os.path.join(path, name)
+        if os.path.lexists(where) and not is_plain_file(where):
+            raise UsageError(f"--report-dir {path!r}: {where} exists and is not a regular file (a folder or a "
+                             f"link); remove it or choose another --report-dir")
+    journal = os.path.join(path, JOURNAL)
+    if os.path.lexists(journal):
+        try:
+            checked_journal(journal, read_json(journal, JOURNAL_LIMIT, "report journal"))
+        except DataFileError as exc:
+            raise UsageError(f"--report-dir {path!r}: {exc}; remove it to let the folder be written again") from None
 
 
 def recorded_argv(argv) -> list:
@@ -476,12 +500,15 @@ def merge_main(argv) -> int:
     p.add_argument("reports", nargs="+", metavar="DIR", help="shard report folders (or their report.json)")
     p.add_argument("--report-dir", default=os.path.join("reports", "latest"),
                    help="where the merged report.md and report.json go (default reports/latest)")
+    p.add_argument("--known", metavar="FILE|none",
+                   help="known-findings file judging the merged run (default reports/known.toml); never one named "
+                        "inside a shard report, which is data")
     args = p.parse_args(argv)
     try:
         check_report_dir(args.report_dir)
         docs = [load(path) for path in args.reports]
         results, run_argv, complete, run, seconds, versions = merge_docs(docs, args.report_dir)
-        judge = Judge.from_option(run["known"], run["device"])
+        judge = Judge.from_option(args.known, run["device"])
     except (ShardError, UsageError, KnownFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -18,7 +18,6 @@ ratio), 2 usage error (a file missing, not JSON, not a report).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -40,13 +39,12 @@ def load_report(path: str) -> dict:
     torn = verify(os.path.dirname(path) or ".")  # files beside manifest.json must be one run's
     if torn:
         raise DiffError(f"{path} is not one run's report: {'; '.join(torn)}")
+    from .shard import REPORT_LIMIT
+    from .untrusted import DataFileError, read_json
     try:
-        with open(path) as fh:
-            doc = json.load(fh)
-    except OSError as exc:
-        raise DiffError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise DiffError(f"{path} is not JSON: {exc}") from None
+        doc = read_json(path, REPORT_LIMIT, "report")
+    except DataFileError as exc:
+        raise DiffError(str(exc)) from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith(SCHEMA_PREFIX) \
             or not isinstance(doc.get("results"), list):
         raise DiffError(f"{path} is not an oracle.compare report (schema {SCHEMA_PREFIX}N with results[])")
@@ -220,9 +218,15 @@ def main(argv=None) -> int:
         print("error: --factor must be > 1 and --floor > 0", file=sys.stderr)
         return 2
     try:
-        d = compare(load_report(args.old), load_report(args.new), args.factor, args.floor)
+        old, new = load_report(args.old), load_report(args.new)
     except DiffError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        d = compare(old, new, args.factor, args.floor)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # rows that are not ours: data, never trusted
+        print(f"error: {args.old} or {args.new}: a result row is not one of ours ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
         return 2
     text = markdown(d)
     print(text, end="")

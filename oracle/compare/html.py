@@ -432,7 +432,7 @@ def known_html(doc: dict) -> str:
     if not known:
         return "<p>Not judged against known findings: every failure counts.</p>" if "known" in doc else \
             "<p>No known-findings section in this report.</p>"
-    c = known["counts"]
+    c = {k: esc(v) for k, v in known["counts"].items()}  # counts are data too: escaped like every string
     out = [f"<p>File <code>{esc(known['file'])}</code>, device {esc(known['device'])}: <b>{c['new']} new</b>, "
            f"{c['known']} known ({c['known_entries']} entries), <b>{c['fixed']} fixed</b>, {c['not_run']} not run, "
            f"{c['not_applicable']} not applicable.</p>"]
@@ -459,8 +459,8 @@ def summary_table_html(doc: dict) -> str:
     for r in rows:
         power = _float(r.get("median_power"))
         out.append(f"<tr><td>{esc(r['target'])}</td><td>{esc(r['optimizer'])}</td><td>{esc(r['dtype'])}</td>"
-                   f"<td class='num'>{r['pass']}</td><td class='num'>{r['fail']}</td><td class='num'>{r['error']}</td>"
-                   f"<td class='num'>{r['skip']}</td><td class='num'>"
+                   f"<td class='num'>{esc(r['pass'])}</td><td class='num'>{esc(r['fail'])}</td>"
+                   f"<td class='num'>{esc(r['error'])}</td><td class='num'>{esc(r['skip'])}</td><td class='num'>"
                    + (f"{esc(ulps(r.get('worst_error_ulps')))} / {esc(ulps(r.get('worst_bound_ulps')))}"
                       if r.get("worst_ratio") is not None else "")
                    + f"</td><td class='num'>{'' if power is None else f'{power:.1e}'}</td>"

@@ -189,11 +189,12 @@ def _entry(raw, n: int, source: str) -> Entry:
 
 def load(path) -> list[Entry]:
     """The entries of a known-findings file; KnownFileError (naming the entry) when it is bad."""
+    from .untrusted import DataFileError, read_text
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise KnownFileError(f"cannot read known-findings file {path}: {exc.strerror or exc}") from None
+    try:  # a regular file of at most 16 MiB (a FIFO would block, /dev/zero never ends)
+        text = read_text(str(path), 16 << 20, "known-findings file")
+    except DataFileError as exc:
+        raise KnownFileError(str(exc)) from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -30,7 +30,10 @@ import os
 import shutil
 import signal
 import threading
+import stat
 import time
+
+from .untrusted import DataFileError, MiB, is_plain_dir, is_plain_file, open_regular, plain_name, read_json
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = "optimizer-oracle-manifest/1"
@@ -38,6 +41,7 @@ JOURNAL = ".pending.json"
 STAGING = ".staging-"
 LOCK = ".oracle-compare.lock"
 LEGACY_TMP = ".tmp-"  # report.atomic_write's temporaries
+JOURNAL_LIMIT = 4 * MiB  # a journal or manifest: names and digests of a few files
 
 
 class ReportDirError(RuntimeError):
@@ -63,11 +67,10 @@ class ReportLock:
 
     def holder(self) -> str:
         try:
-            with open(self.path) as fh:
-                info = json.loads(fh.read() or "{}")
-        except (OSError, ValueError):
+            info = read_json(self.path, 64 * 1024, "lock file")
+        except DataFileError:
             info = {}
-        if not info:
+        if not isinstance(info, dict) or not info:
             return "another process"
         return (f"pid {info.get('pid')} on {info.get('host', '?')}, started {info.get('started', '?')}: "
                 f"{' '.join(info.get('argv', []))}")
@@ -75,9 +78,18 @@ class ReportLock:
     def acquire(self) -> "ReportLock":
         try:
             os.makedirs(self.folder, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            # never through a symlink, never a file linked elsewhere: the lock file is truncated and written
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
         except OSError as exc:
+            if os.path.islink(self.path):
+                raise ReportDirError(f"cannot use report folder {self.folder}: its lock file {self.path} is a "
+                                     f"symbolic link (remove it)") from None
             raise ReportDirError(f"cannot use report folder {self.folder}: {exc.strerror or exc}") from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.close(fd)
+            raise ReportDirError(f"cannot use report folder {self.folder}: its lock file {self.path} is not a "
+                                 f"plain file of its own (a hard link or special file; remove it)")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -193,17 +205,19 @@ def publish(folder: str, files: dict, run: str | None = None, meta: dict | None 
 def roll_forward(folder: str) -> bool:
     """Finish a publish whose journal is in place; False when there is none."""
     path = os.path.join(folder, JOURNAL)
-    try:
-        with open(path) as fh:
-            journal = json.load(fh)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return False
-    except ValueError:  # cannot happen (the journal is renamed into place whole); do not guess
-        raise ReportDirError(f"{path} is unreadable; remove it to let the folder be written again") from None
+    try:
+        journal = checked_journal(path, read_json(path, JOURNAL_LIMIT, "report journal"))
+    except DataFileError as exc:  # a journal is renamed into place whole: this one is not ours; do not guess
+        raise ReportDirError(f"{exc}; remove it to let the folder be written again") from None
     staging = os.path.join(folder, journal["staging"])
+    if not is_plain_dir(staging):
+        raise ReportDirError(f"{path}: its staging folder {staging} is not a folder inside {folder}; remove the "
+                             f"journal to let the folder be written again")
     for name, want in journal["files"].items():
         src, dst = os.path.join(staging, name), os.path.join(folder, name)
-        if os.path.exists(src):
+        if is_plain_file(src):
             os.replace(src, dst)
         elif file_digest(dst) != want:
             raise ReportDirError(f"{folder}: the interrupted write of run {journal['run']} cannot be completed: "
@@ -218,6 +232,37 @@ def roll_forward(folder: str) -> bool:
     return True
 
 
+def _publishable(name, where: str) -> str:
+    name = plain_name(name, where, "file")
+    if name.startswith(".") or name in (MANIFEST, JOURNAL):
+        raise DataFileError(f"{where}: file {name!r} is not one a report publishes")
+    return name
+
+
+def _digest_record(value, where: str) -> dict:
+    ok = (isinstance(value, dict) and isinstance(value.get("sha256"), str) and len(value["sha256"]) == 64
+          and isinstance(value.get("bytes"), int) and not isinstance(value.get("bytes"), bool) and value["bytes"] >= 0)
+    if not ok:
+        raise DataFileError(f"{where}: a file's record must be {{sha256: 64 hex, bytes: int >= 0}}")
+    return value
+
+
+def checked_files(doc, where: str) -> dict:
+    """A journal's or manifest's `files`, every name a publishable plain name (data is never trusted)."""
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, dict):
+        raise DataFileError(f"{where}: expected an object with `files` {{name: {{sha256, bytes}}}}")
+    return {_publishable(name, where): _digest_record(want, where) for name, want in files.items()}
+
+
+def checked_journal(where: str, journal) -> dict:
+    files = checked_files(journal, where)
+    staging = plain_name(journal.get("staging"), where, "staging folder")
+    if not staging.startswith(STAGING):
+        raise DataFileError(f"{where}: staging folder {staging!r} is not one of ours ({STAGING}<run>)")
+    return {**journal, "files": files, "staging": staging, "run": str(journal.get("run"))}
+
+
 def recover(folder: str) -> list[str]:
     """Complete an interrupted publish, remove what a write stopped before its commit point left;
     returns what was done (one line each)."""
@@ -228,10 +273,10 @@ def recover(folder: str) -> list[str]:
         done.append(f"completed an interrupted report write in {folder}")
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
-        if name.startswith(STAGING) and os.path.isdir(path):
+        if name.startswith(STAGING) and is_plain_dir(path):
             shutil.rmtree(path, ignore_errors=True)
             done.append(f"removed {path} (a report write stopped before it was complete)")
-        elif name.startswith(LEGACY_TMP) and os.path.isfile(path):
+        elif name.startswith(LEGACY_TMP) and is_plain_file(path):
             os.unlink(path)
             done.append(f"removed {path} (a temporary file of a stopped write)")
     return done
@@ -240,19 +285,29 @@ def recover(folder: str) -> list[str]:
 # --- reading -----------------------------------------------------------------------------------
 
 def file_digest(path: str) -> dict | None:
-    try:
-        with open(path, "rb") as fh:
-            return digest(fh.read())
-    except FileNotFoundError:
+    """SHA-256 and size of a regular file (read in pieces, no symlink followed); None when absent or not
+    a regular file."""
+    if not os.path.lexists(path):
         return None
+    try:
+        fd, _ = open_regular(path, "report file")
+    except DataFileError:
+        return None
+    h, size = hashlib.sha256(), 0
+    with os.fdopen(fd, "rb") as fh:
+        for chunk in iter(lambda: fh.read(MiB), b""):
+            h.update(chunk)
+            size += len(chunk)
+    return {"sha256": h.hexdigest(), "bytes": size}
 
 
 def manifest(folder: str) -> dict | None:
-    try:
-        with open(os.path.join(folder, MANIFEST)) as fh:
-            return json.load(fh)
-    except FileNotFoundError:
+    """The folder's manifest, checked (DataFileError when it is not one of ours); None when absent."""
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.lexists(path):
         return None
+    doc = read_json(path, JOURNAL_LIMIT, "manifest")
+    return {**doc, "files": checked_files(doc, path)}
 
 
 def verify(folder: str) -> list[str]:
@@ -262,7 +317,10 @@ def verify(folder: str) -> list[str]:
     if os.path.exists(os.path.join(folder, JOURNAL)):
         problems.append(f"{folder}: a report write was interrupted after its commit point; the next run into "
                         f"the folder completes it (or call oracle.compare.publish.recover)")
-    m = manifest(folder)
+    try:
+        m = manifest(folder)
+    except DataFileError as exc:
+        return [*problems, str(exc)]
     if m is None:
         return problems
     for name, want in m.get("files", {}).items():

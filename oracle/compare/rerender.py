@@ -5,19 +5,22 @@ readable report."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 
 def render_folder(folder: str, wait: bool = False) -> str:
-    from .publish import ReportLock, publish
+    from .publish import ReportLock, publish, recover
     from .report import SCHEMA, render
     from .schema import upgrade
+    from .shard import REPORT_LIMIT
+    from .untrusted import DataFileError, read_json
     path = os.path.join(folder, "report.json")
     with ReportLock(folder, ["python", "-m", "oracle.compare", "render", folder], wait=wait):
-        with open(path) as fh:
-            doc = json.load(fh)
+        recover(folder)  # a journal left there is checked (and completed) before anything is read
+        doc = read_json(path, REPORT_LIMIT, "report")
+        if not isinstance(doc, dict):
+            raise DataFileError(f"{path}: not a report (a JSON object)")
         was = doc.get("schema")
         doc = upgrade(doc)
         publish(folder, render(doc), meta={"report_schema": SCHEMA})
@@ -35,7 +38,7 @@ def main(argv=None) -> int:
     for folder in args.folders:
         try:
             print(render_folder(folder, args.wait))
-        except (OSError, ValueError, KeyError, ReportDirError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, ReportDirError) as exc:
             print(f"error: {folder}: {exc}", file=sys.stderr)
             code = 2
     return code

@@ -33,6 +33,10 @@ class ShardError(ValueError):
     pass
 
 
+MAX_SHARDS = 4096  # more shards than any sweep has jobs: a larger N is a typo (and would plan in vain)
+REPORT_LIMIT = 512 << 20  # bytes of one report.json read back (today's largest sweep writes a few MB)
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """'K/N' -> (K, N), 1 <= K <= N."""
     try:
@@ -41,6 +45,8 @@ def parse_shard(text: str) -> tuple[int, int]:
         raise ShardError(f"--shard expects K/N (e.g. 2/4), got {text!r}") from None
     if not (n >= 1 and 1 <= k <= n):
         raise ShardError(f"--shard {text}: K must be between 1 and N, N at least 1")
+    if n > MAX_SHARDS:
+        raise ShardError(f"--shard {text}: N is at most {MAX_SHARDS}")
     return k, n
 
 
@@ -188,17 +194,41 @@ def _histogram(d) -> dict:
 
 
 def load(path: str) -> dict:
+    from .untrusted import DataFileError, read_json
     if os.path.isdir(path):
         path = os.path.join(path, "report.json")
     try:
-        with open(path) as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ShardError(f"{path}: cannot read a report: {exc}") from None
+        doc = read_json(path, REPORT_LIMIT, "shard report")
+    except DataFileError as exc:
+        raise ShardError(str(exc)) from None
     if not isinstance(doc, dict) or "shard" not in doc:
         raise ShardError(f"{path}: not a shard report (no 'shard' key: was it run with --shard K/N?)")
+    _check_shard_doc(doc, path)
     doc["_path"] = path
     return doc
+
+
+def _check_shard_doc(doc: dict, path: str) -> None:
+    """The fields merge uses, by type and range, before any is used (a size is never believed)."""
+    shard = doc["shard"]
+
+    def need(cond, what):
+        if not cond:
+            raise ShardError(f"{path}: not a shard report of ours: {what}")
+    need(isinstance(shard, dict), "`shard` must be an object")
+    count, index = shard.get("count"), shard.get("index")
+    need(type(count) is int and 1 <= count <= MAX_SHARDS, f"shard.count must be an integer 1..{MAX_SHARDS}")
+    need(type(index) is int and 1 <= index <= count, "shard.index must be an integer 1..shard.count")
+    need(isinstance(shard.get("rows"), list) and all(type(i) is int and i >= 0 for i in shard["rows"]),
+         "shard.rows must be a list of positions")
+    need(isinstance(shard.get("selection"), str), "shard.selection must be a string")
+    need(isinstance(shard.get("device"), str), "shard.device must be a string")
+    need(isinstance(doc.get("results"), list) and all(isinstance(r, dict) for r in doc["results"]),
+         "`results` must be a list of objects")
+    need(isinstance(doc.get("argv"), list) and all(isinstance(a, str) for a in doc["argv"]),
+         "`argv` must be a list of strings")
+    need(isinstance(doc.get("versions"), dict), "`versions` must be an object")
+    need(isinstance(doc.get("complete"), bool), "`complete` must be true or false")
 
 
 def merge_docs(docs: list, report_dir: str | None):
@@ -237,8 +267,12 @@ def merge_docs(docs: list, report_dir: str | None):
     argv = strip_option(docs[0]["argv"], "--shard")
     if report_dir is not None and any(a == "--report-dir" or a.startswith("--report-dir=") for a in argv[3:]):
         argv = set_option(argv, "--report-dir", report_dir)
-    return ([result_from_dict(row) for *_, row in placed], argv, all(d["complete"] for d in docs),
-            {"device": docs[0]["shard"]["device"], "known": docs[0]["shard"]["known"]},
+    try:
+        results = [result_from_dict(row) for *_, row in placed]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ShardError(f"a shard's results are not rows of ours ({type(exc).__name__}: {exc})") from None
+    return (results, argv, all(d["complete"] for d in docs),
+            {"device": docs[0]["shard"]["device"], "known": docs[0]["shard"].get("known")},
             max(d.get("seconds", 0.0) for d in docs), docs[0]["versions"])
 
 

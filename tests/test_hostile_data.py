@@ -1,0 +1,192 @@
+"""Report folders and data files are never trusted: paths read from a journal, manifest or shard stay
+inside their folder; nothing is opened through a symlink, locked through one or read from a FIFO or
+an endless device; every value reaches report.html escaped; sizes in data are checked before use.
+Each attack below worked against the engine before it was hardened (docs/robustness.md)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oracle.compare import diff, html, known, publish, rerender, shard
+from oracle.compare.cli import UsageError, check_report_dir
+from oracle.compare.untrusted import DataFileError, read_json
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = {"schema": "optimizer-oracle-report/2", "complete": True, "results": []}
+
+
+def victim(tmp_path: Path) -> Path:
+    """A folder outside the report folder that an attack would delete or fill."""
+    where = tmp_path / "victim"
+    where.mkdir()
+    (where / "precious.txt").write_text("keep me")
+    return where
+
+
+def plant_journal(folder: Path, **journal) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / publish.JOURNAL).write_text(json.dumps({"run": "x", "files": {}, **journal}))
+
+
+def test_a_journal_naming_a_folder_outside_is_refused_and_nothing_is_removed(tmp_path, capsys):
+    target = victim(tmp_path)
+    folder = tmp_path / "reports"
+    plant_journal(folder, staging="../victim")
+    (folder / "report.json").write_text(json.dumps(REPORT))
+    assert rerender.main([str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "staging folder '../victim' is not a plain file name" in err and len(err.strip().splitlines()) == 1
+    assert (target / "precious.txt").read_text() == "keep me"
+    with pytest.raises(UsageError, match="not a plain file name"):  # a run is refused before its work
+        check_report_dir(str(folder))
+    assert (target / "precious.txt").read_text() == "keep me"
+
+
+def test_a_journal_moving_a_planted_file_outside_is_refused(tmp_path):
+    folder = tmp_path / "reports"
+    staging = folder / (publish.STAGING + "x")
+    staging.mkdir(parents=True)
+    (staging / "evil").write_text("planted")
+    plant_journal(folder, staging=staging.name, files={"../outside.txt": {"sha256": "0" * 64, "bytes": 7}})
+    with pytest.raises(publish.ReportDirError, match="not a plain file name"):
+        publish.recover(str(folder))
+    assert not (tmp_path / "outside.txt").exists()
+
+
+def test_a_staging_symlink_is_not_followed_when_cleaning_up(tmp_path):
+    target = victim(tmp_path)
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (folder / (publish.STAGING + "evil")).symlink_to(target)
+    (folder / (publish.LEGACY_TMP + "evil")).symlink_to(target / "precious.txt")
+    publish.recover(str(folder))
+    assert (target / "precious.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_the_lock_file_is_never_opened_through_a_link(tmp_path, link):
+    outside = tmp_path / "important.cfg"
+    outside.write_text("settings")
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    lock = folder / publish.LOCK
+    lock.symlink_to(outside) if link == "symlink" else os.link(outside, lock)
+    with pytest.raises(publish.ReportDirError, match="lock file"):
+        publish.ReportLock(str(folder)).acquire()
+    assert outside.read_text() == "settings"
+
+
+def test_every_count_in_report_html_is_escaped():
+    row = {"target": "t", "optimizer": "adamw", "dtype": "float32", "pass": "<script>alert(1)</script>",
+           "fail": "<b>", "error": "<i>", "skip": "<u>"}
+    page = html.summary_table_html({"summary": [row]})
+    assert "<script>" not in page and "&lt;script&gt;" in page and "<b>" not in page
+    counts = dict.fromkeys(("new", "known", "known_entries", "fixed", "not_run", "not_applicable"), "<script>x")
+    page = html.known_html({"known": {"file": "k", "device": "cpu", "counts": counts, "entries": []}})
+    assert "<script>" not in page
+
+
+def test_diff_reads_no_file_a_manifest_names_outside_its_folder(tmp_path, capsys):
+    for name in ("old", "new"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "report.json").write_text(json.dumps(REPORT))
+        (folder / publish.MANIFEST).write_text(json.dumps({"files": {"/dev/zero": {"sha256": "0" * 64, "bytes": 1}}}))
+    assert diff.main([str(tmp_path / "old"), str(tmp_path / "new")]) == 2
+    err = capsys.readouterr().err
+    assert "'/dev/zero' is not a plain file name" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "symlink", "huge"])
+def test_data_files_that_are_not_plain_files_are_refused_at_once(tmp_path, kind):
+    path = tmp_path / "known.toml"
+    if kind == "fifo":
+        os.mkfifo(path)  # opened without O_NONBLOCK, reading would block forever
+    elif kind == "device":
+        path = Path("/dev/zero")  # would read until MemoryError
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "symlink":
+        (tmp_path / "real.toml").write_text("")
+        path.symlink_to(tmp_path / "real.toml")
+    else:
+        with open(path, "wb") as fh:
+            fh.truncate(17 << 20)  # sparse: 17 MiB over the 16 MiB cap, no disk used
+    with pytest.raises(known.KnownFileError, match="not a regular file|symbolic link|over the"):
+        known.load(path)
+
+
+def test_json_nested_past_the_recursion_limit_is_one_clear_error(tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(DataFileError, match="nested too deeply"):
+        read_json(str(path), 1 << 20, "report")
+    path.write_bytes(b'{"schema": "\xff"}')
+    with pytest.raises(DataFileError, match="not UTF-8"):
+        read_json(str(path), 1 << 20, "report")
+
+
+def shard_doc(**shard_fields) -> dict:
+    fields = {"count": 2, "index": 1, "rows": [], "selection": "s", "device": "cpu", **shard_fields}
+    return {**REPORT, "argv": ["python", "-m", "oracle.compare"], "versions": {}, "shard": fields}
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"count": 10 ** 9}, "shard.count must be an integer"),
+    ({"count": "2"}, "shard.count must be an integer"),
+    ({"index": 3}, "shard.index must be an integer"),
+    ({"rows": "all"}, "shard.rows must be a list"),
+])
+def test_merge_checks_sizes_and_types_from_a_shard_before_using_them(tmp_path, fields, message):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(shard_doc(**fields)))
+    with pytest.raises(shard.ShardError, match=message):
+        shard.load(str(path))
+
+
+def test_merge_judges_with_its_own_known_option_never_a_path_inside_a_shard(tmp_path):
+    """A shard naming a known-findings file (here one that does not exist) changes nothing: merge
+    judges with --known from its own command line (here: none)."""
+    folders = []
+    for k in (1, 2):
+        folder = tmp_path / f"s{k}"
+        folder.mkdir()
+        doc = shard_doc(index=k, known=str(tmp_path / "planted.toml"))
+        (folder / "report.json").write_text(json.dumps({**doc, "complete": True}))
+        folders.append(str(folder))
+    out = subprocess.run([sys.executable, "-m", "oracle.compare", "merge", *folders, "--known", "none",
+                          "--report-dir", str(tmp_path / "merged")], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "planted.toml" not in out.stdout + out.stderr
+    merged = json.loads((tmp_path / "merged" / "report.json").read_text())
+    assert merged["known"] is None  # judged as --known none said (the planted path would have been exit 2)
+
+
+def test_an_absurd_shard_count_is_refused_at_once():
+    with pytest.raises(shard.ShardError, match="N is at most"):
+        shard.parse_shard("1/100000000")
+
+
+@pytest.mark.parametrize("plant", ["report_json_dir", "garbage_journal", "html_symlink"])
+def test_a_report_folder_that_would_fail_the_final_write_is_refused_before_the_work(tmp_path, plant):
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    if plant == "report_json_dir":
+        (folder / "report.json").mkdir()
+    elif plant == "garbage_journal":
+        (folder / publish.JOURNAL).write_bytes(b"\x00garbage")
+    else:
+        (folder / "report.html").symlink_to(tmp_path / "elsewhere.html")
+    with pytest.raises(UsageError, match="not a regular file|report journal"):
+        check_report_dir(str(folder))
+
+
+def test_a_report_dir_that_cannot_be_encoded_is_refused():
+    with pytest.raises(UsageError, match="not UTF-8 encodable"):
+        check_report_dir("reports/\udcff")
