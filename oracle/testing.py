@@ -112,6 +112,9 @@ def check_optimizer(factory, optimizer: str | None = None, dtypes=None, cases=No
                     steps: int = 20, seeds=(0,), device: str = "cpu", convention=None, infer: bool = True) -> list:
     """Run the selected cases (and scenarios) against `factory` here; the CaseResults, in order."""
     from oracle.compare.driver import jobs_for, rows, run_job
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        # zero steps would compare nothing and pass an optimizer that writes NaN
+        raise ValueError(f"steps must be an integer >= 1 (optimizer steps compared per case), got {steps!r}")
     target = target_for(factory, optimizer, convention, infer, _dtypes(dtypes), device)
     spec, importable = _name(factory)
     chosen = _scenarios(scenarios)

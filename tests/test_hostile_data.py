@@ -190,3 +190,13 @@ def test_a_report_folder_that_would_fail_the_final_write_is_refused_before_the_w
 def test_a_report_dir_that_cannot_be_encoded_is_refused():
     with pytest.raises(UsageError, match="not UTF-8 encodable"):
         check_report_dir("reports/\udcff")
+
+
+@pytest.mark.parametrize("steps", [0, -3, 1.5, True])
+def test_the_library_api_refuses_fewer_than_one_step(steps):
+    """Zero steps compared nothing, and passed an optimizer that writes NaN."""
+    import torch
+
+    from oracle.testing import assert_optimizer_matches
+    with pytest.raises(ValueError, match="steps must be an integer >= 1"):
+        assert_optimizer_matches(torch.optim.AdamW, optimizer="adamw", dtypes=["float32"], steps=steps, infer=False)

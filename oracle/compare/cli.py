@@ -38,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog(),
         description="Compare optimizer implementations with the float64 oracle and write mismatch reports "
-                    "(report.json, report.md, report.html). Subcommands: diff OLD NEW; render DIR.")
+                    "(report.json, report.md, report.html). Subcommands: diff OLD NEW; render DIR; merge DIR... (shards of a --shard K/N sweep).")
     p.add_argument("--version", action="version", version=version_text())
     p.add_argument("--optimizer", action="append", metavar="NAME",
                    help=f"{', '.join(records())} or all (repeatable; default {DEFAULT_OPTIMIZER})")
