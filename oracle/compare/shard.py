@@ -219,8 +219,8 @@ def _check_shard_doc(doc: dict, path: str) -> None:
     count, index = shard.get("count"), shard.get("index")
     need(type(count) is int and 1 <= count <= MAX_SHARDS, f"shard.count must be an integer 1..{MAX_SHARDS}")
     need(type(index) is int and 1 <= index <= count, "shard.index must be an integer 1..shard.count")
-    need(isinstance(shard.get("rows"), list) and all(type(i) is int and i >= 0 for i in shard["rows"]),
-         "shard.rows must be a list of positions")
+    need(isinstance(shard.get("rows"), list) and all(type(i) is int for i in shard["rows"]),
+         "shard.rows must be a list of positions (integers; -1 for a row before every job)")
     need(isinstance(shard.get("selection"), str), "shard.selection must be a string")
     need(isinstance(shard.get("device"), str), "shard.device must be a string")
     need(isinstance(doc.get("results"), list) and all(isinstance(r, dict) for r in doc["results"]),
