@@ -38,6 +38,7 @@ import numpy as np
 
 from .common import (ZERO_DECAYS, GradScaling, OptState, check_counter, check_flag, check_range, drive,
                      l2_applies, maybe_fp32, with_defaults)
+from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "accumulator")
@@ -126,7 +127,48 @@ def step(params, grads, state: OptState, hparams, conv: AdagradConvention = TORC
                  lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv), conv.counter_format)
 
 
-SPECS = (OptimizerSpec(name="adagrad", step=step, validate=validate, convention=TORCH_ADAGRAD, state_keys=("sum",), defaults=DEFAULTS,
+# Every value of every option, classified against the reference form (oracle.forms; checked in
+# float64 by tests/test_forms.py).
+FORMS = {
+    "decay": {
+        "l2": ref("Duchi et al. 2011 with L2 regularisation in the gradient (torch.optim.Adagrad)"),
+        "decoupled": Form(VARIANT, "decoupled decay added to the update: apex FusedAdagrad's documented "
+                                   "adagrad_w_mode=True"),
+        "accumulator": Form(DEVIATION, "the decayed grad enters the accumulator only, the raw grad the update"),
+    },
+    "eps_mode": {
+        "outside": ref("Duchi et al. 2011: delta added to the root of the accumulator (torch)"),
+        "inside": Form(VARIANT, "eps inside the root, rsqrt(h + eps): optax.adagrad (scale_by_rss), documented",
+                       probe={"eps": 1e-2}),
+    },
+    "counter": {
+        "param": ref("one counter per param (torch.optim)"),
+        "group": Form(VARIANT, "one counter per param group, advanced on every step (apex, our fused kernels)",
+                      probe={"lr_decay": 0.05}),
+        "none": Form(DEVIATION, "no step counter: lr_decay needs t", probe={"lr_decay": 0.05}),
+    },
+    "fp32_hparams": {False: ref("hyperparameters as given"),
+                     True: Form(EQUIVALENT, "hyperparameters held as float32: rounding of the inputs only",
+                                 roundoff=FP32_HPARAMS)},
+    "zero_accumulator": {
+        "divide": ref("g/(sqrt(h) + eps) everywhere"),
+        "zero": Form(EQUIVALENT, "0 where h == 0: there g == 0 too (unless g*g underflowed), so the same update "
+                                 "(optax scale_by_rss)"),
+    },
+    "counter_format": {
+        "exact": ref("an exact integer counter"),
+        "float32": Form(EQUIVALENT, "a float32 counter: exact up to 2**24 steps; its saturation is judged by the "
+                                    "long-horizon scenario", steps=300, probe={"lr_decay": 0.05}),
+        "bfloat16": Form(DEVIATION, "a bfloat16 counter: it stops at 256", steps=300, probe={"lr_decay": 0.05}),
+    },
+    "zero_decay": {
+        "skip": ref("the L2 term left out at weight_decay == 0 (torch)"),
+        "add": Form(EQUIVALENT, "0*p added at weight_decay == 0: the same for every finite param (apex, optax)",
+                    probe={"weight_decay": 0.0}),
+    },
+}
+
+SPECS = (OptimizerSpec(name="adagrad", step=step, validate=validate, convention=TORCH_ADAGRAD, state_keys=("sum",), defaults=DEFAULTS, forms=FORMS,
                        options=frozenset({"lr_decay", "initial_accumulator_value", "maximize"}),
                        eager_state={"sum": "initial_accumulator_value"}, counter_hparams=("lr_decay",),
                        summary="Adagrad (torch.optim.Adagrad)"),)

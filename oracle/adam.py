@@ -58,6 +58,7 @@ import numpy as np
 
 from .common import (ZERO_DECAYS, GradScaling, OptState, bias_corrections, check_betas, check_counter, check_flag,
                      check_range, drive, l2_applies, maybe_fp32, with_defaults)
+from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "decoupled_update")
@@ -262,10 +263,89 @@ def step(params, grads, state: OptState, hparams, conv: AdamConvention = TORCH_A
                  lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv), conv.counter_format)
 
 
+# Every value of every option, classified against the reference form (oracle.forms; the kinds are
+# checked in float64 by tests/test_forms.py). The decay forms depend on the name: see DECAY_FORMS.
+FORMS = {
+    "eps_mode": {
+        "outside": ref("Kingma & Ba 2015, Algorithm 1: m_hat/(sqrt(v_hat) + eps); torch.optim.Adam"),
+        "outside_corrected": Form(EQUIVALENT, "sqrt(v/bc2) = sqrt(v)/sqrt(bc2): the same update, other rounding "
+                                              "(apex, TransformerEngine, DeepSpeed FusedAdam, optax)"),
+        "inside": Form(VARIANT, "eps inside the square root, sqrt(v_hat + eps): optax scale_by_adam's documented "
+                                "eps_root (eps moved under the root)", probe={"eps": 1e-3}),
+    },
+    "bias_correction": {
+        True: ref("Kingma & Ba 2015, Algorithm 1 and section 3"),
+        False: Form(VARIANT, "no bias correction: apex FusedAdam's documented bias_correction=False; "
+                             "Kingma & Ba 2015 section 3 derive the correction as an addition"),
+    },
+    "counter": {
+        "param": ref("one counter per param, advanced when it has a grad (torch.optim)"),
+        "group": Form(VARIANT, "one counter per param group, advanced on every step: apex FusedAdam, "
+                               "TransformerEngine FusedAdam, optax (its `count`)"),
+        "none": Form(DEVIATION, "no step counter: Adam's bias corrections need t"),
+    },
+    "fp32_hparams": {False: ref("hyperparameters as given"),
+                     True: Form(EQUIVALENT, "lr, betas, eps, wd held as float32: rounding of the inputs only",
+                                 roundoff=FP32_HPARAMS)},
+    "bias_correction_precision": {
+        "float64": ref("1 - beta^t on the host in float64"),
+        "compute": Form(EQUIVALENT, "1 - beta^t formed in the compute dtype: the same value, other rounding "
+                                    "(torch's CUDA fused and capturable paths, torchao)"),
+    },
+    "bias_correction_v": {
+        True: ref("both moments corrected"),
+        False: Form(VARIANT, "only m bias-corrected: optax scale_by_adam's documented bias_correction_nu=False"),
+    },
+    "amsgrad_form": {
+        "max_raw": ref("Reddi et al. 2018, Algorithm 2 (AMSGrad): the running max of v; torch amsgrad=True"),
+        "max_corrected": Form(VARIANT, "the running max of v/bc2: optax scale_by_amsgrad (documented)",
+                              probe={"amsgrad": True}),
+    },
+    "momentum": {
+        "plain": ref("Kingma & Ba 2015, Algorithm 1"),
+        "nesterov": Form(VARIANT, "Nesterov momentum, Dozat 2016 (Incorporating Nesterov Momentum into Adam), "
+                                  "section 3 with a constant beta1: optax nadam (scale_by_adam nesterov=True)"),
+        "nadam": Form(VARIANT, "Dozat 2016 section 3 with its momentum schedule mu_t = beta1(1 - 0.5*0.96^(t*psi)): "
+                               "torch.optim.NAdam"),
+    },
+    "counter_format": {
+        "exact": ref("an exact integer counter"),
+        "float32": Form(EQUIVALENT, "a float32 counter: exact up to 2**24 steps (torch keeps per-param counters "
+                                    "as float32 tensors); its saturation is judged by the long-horizon scenario",
+                        steps=300),
+        "bfloat16": Form(DEVIATION, "a bfloat16 counter stops at 256: bias corrections frozen from there",
+                         steps=300),
+    },
+    "zero_decay": {
+        "skip": ref("the L2 term left out at weight_decay == 0 (torch: `if weight_decay != 0`)"),
+        "add": Form(EQUIVALENT, "0*p added at weight_decay == 0: the same for every finite param (apex, optax); "
+                                "the two part only on an infinite or NaN param, which the finite checks judge",
+                    probe={"weight_decay": 0.0}),
+    },
+}
+DECAY_FORMS = {
+    "adam": {
+        "l2": ref("Kingma & Ba 2015 with L2 regularisation: g + wd*p enters the moments (torch.optim.Adam)"),
+        "decoupled": Form(DEVIATION, "decoupled decay p*(1 - lr*wd) under the name Adam: that is AdamW "
+                                     "(Loshchilov & Hutter 2019); bitsandbytes' Adam does it"),
+        "decoupled_update": Form(DEVIATION, "decoupled decay added to the update under the name Adam: AdamW's "
+                                            "decay (apex adam_w_mode=True), not Adam's"),
+    },
+    "adamw": {
+        "decoupled": ref("Loshchilov & Hutter 2019, Algorithm 2: p*(1 - lr*wd) (torch.optim.AdamW)"),
+        "decoupled_update": Form(EQUIVALENT, "p - lr*(u + wd*p) = p*(1 - lr*wd) - lr*u: the same update "
+                                             "(apex/TransformerEngine adam_w_mode, optax adamw)"),
+        "l2": Form(DEVIATION, "L2 decay through the moments under the name AdamW: that is Adam's decay, "
+                              "which Loshchilov & Hutter 2019 show is not equivalent"),
+    },
+}
+
+
 def _spec(name, conv, summary):
     return OptimizerSpec(name=name, step=step, validate=validate, convention=conv, state_keys=("exp_avg", "exp_avg_sq"),
                          defaults=DEFAULTS, options=frozenset({"amsgrad", "maximize", "eps_root", "momentum_decay"}),
-                         optional_state={"max_exp_avg_sq": "amsgrad"}, summary=summary)
+                         optional_state={"max_exp_avg_sq": "amsgrad"}, summary=summary,
+                         forms={**FORMS, "decay": DECAY_FORMS[name]})
 
 
 SPECS = (_spec("adam", TORCH_ADAM, "Adam, L2 decay (torch.optim.Adam)"),

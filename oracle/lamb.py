@@ -49,6 +49,7 @@ import numpy as np
 from .adam import moments
 from .common import (GradScaling, OptState, as_float64_named, bias_corrections, check_betas, check_counter, check_flag,
                      check_inv_scale, check_range, check_structure, drive, maybe_fp32, with_defaults)
+from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, OTHER, VARIANT, Form, ref
 from .spec import OptimizerSpec
 
 DECAYS = ("decoupled_update", "l2", "decoupled")
@@ -213,5 +214,72 @@ def step(params, grads, state: OptState, hparams, conv: LambConvention = APEX_LA
                  lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv, clip), conv.counter_format)
 
 
-SPECS = (OptimizerSpec(name="lamb", step=step, validate=validate, convention=APEX_LAMB, state_keys=("exp_avg", "exp_avg_sq"),
+# Every value of every option, classified against the reference form, the paper's Algorithm 2
+# (oracle.forms; checked in float64 by tests/test_forms.py).
+_CLAMP_PROBE = {"min_coeff": 0.2, "max_coeff": 0.5}
+FORMS = {
+    "decay": {
+        "decoupled_update": ref("You et al. 2020, Algorithm 2: r = m_hat/(sqrt(v_hat) + eps) + wd*p, then the "
+                                "trust ratio (apex, optax)"),
+        "l2": Form(VARIANT, "L2 decay in the grad: apex FusedLAMB's documented adam_w_mode=False"),
+        "decoupled": Form(DEVIATION, "p*(1 - lr*wd) before the update, outside the trust ratio, which then scales "
+                                     "the Adam part alone (pytorch-optimizer's Lamb, weight_decouple)"),
+    },
+    "bias_correction": {
+        "moments": ref("You et al. 2020, Algorithm 2: m and v bias-corrected before the ratio"),
+        "none": Form(VARIANT, "no bias correction: You et al., arXiv:1904.00962 v3, Algorithm 2; apex FusedLAMB's "
+                              "documented bias_correction=False"),
+        "step_size": Form(DEVIATION, "the trust ratio taken on the uncorrected update and lr*sqrt(bc2)/bc1 applied "
+                                     "after it: the step is not lr*phi(||w||) but sqrt(bc2)/bc1 times that "
+                                     "(DeepSpeed's FusedLamb)"),
+        "step_size_bc1": Form(DEVIATION, "lr/bc1 applied after the trust ratio has normalised the update: the step "
+                                         "is 1/(1 - beta1^t) times lr*phi(||w||), x10 at step 1 "
+                                         "(pytorch-optimizer's Lamb)"),
+    },
+    "trust": {
+        "always": ref("You et al. 2020, Algorithm 2: the trust ratio on every layer (apex use_nvlamb, optax)"),
+        "decay_only": Form(VARIANT, "the trust ratio only where weight_decay != 0: apex FusedLAMB's documented "
+                                    "default (use_nvlamb=False)", probe={"weight_decay": 0.0}),
+    },
+    "clamp": {False: ref("the ratio unclipped"),
+              True: Form(VARIANT, "the trust ratio clipped to [min_coeff, max_coeff]: DeepSpeed FusedLamb's "
+                                  "documented min_coeff/max_coeff", probe=_CLAMP_PROBE)},
+    "clamp_lower": {True: ref("with clamp: both bounds"),
+                    False: Form(VARIANT, "with clamp: the upper bound only (max_coeff)", probe=_CLAMP_PROBE,
+                                needs={"clamp": True})},
+    "global_clip": {False: ref("no grad clipping (the paper)"),
+                    True: Form(VARIANT, "the grads clipped to a global norm first: apex FusedLAMB's documented "
+                                        "max_grad_norm", probe={"max_grad_norm": 1.0})},
+    "counter": {"param": ref("one counter per param"),
+                "group": Form(VARIANT, "one counter per param group, advanced on every step (apex, optax)"),
+                "none": Form(DEVIATION, "no step counter: the bias corrections need t")},
+    "fp32_hparams": {False: ref("hyperparameters as given"),
+                     True: Form(EQUIVALENT, "hyperparameters held as float32: rounding of the inputs only",
+                                 roundoff=FP32_HPARAMS)},
+    "zero_max_grad_norm": {
+        "off": ref("max_grad_norm = 0: no clipping"),
+        "zero_grads": Form(DEVIATION, "max_grad_norm = 0 divides every grad by G/0 = inf: the grads become 0 "
+                                      "(apex FusedLAMB's kernel)", probe={"max_grad_norm": 0.0},
+                           needs={"global_clip": True}),
+    },
+    "counter_format": {
+        "exact": ref("an exact integer counter"),
+        "float32": Form(EQUIVALENT, "a float32 counter: exact up to 2**24 steps; its saturation is judged by the "
+                                    "long-horizon scenario", steps=300, probe={}),
+        "bfloat16": Form(DEVIATION, "a bfloat16 counter: it stops at 256", steps=300, probe={}),
+    },
+    "trust_eps": {
+        "hparam": ref("||u|| + trust_eps (default 0) in the ratio's denominator"),
+        "eps": Form(VARIANT, "the group's eps added to ||u||: optax scale_by_trust_ratio's documented eps",
+                    probe={"eps": 1e-2}),
+    },
+    "norm_upper": {
+        math.inf: ref("phi the identity from above"),
+        OTHER: Form(VARIANT, "phi(z) = min(z, upper): You et al. 2020, section 3 (phi's upper bound gamma_u)",
+                    needs={"norm_upper": 10.0}),
+    },
+}
+
+SPECS = (OptimizerSpec(name="lamb", step=step, validate=validate, convention=APEX_LAMB, reference=PAPER_LAMB, forms=FORMS,
+         state_keys=("exp_avg", "exp_avg_sq"),
                        defaults=DEFAULTS, summary="LAMB (apex FusedLAMB)"),)

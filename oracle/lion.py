@@ -43,6 +43,7 @@ import numpy as np
 
 from .common import (GradScaling, OptState, check_betas, check_counter, check_flag, check_range, drive, maybe_fp32,
                      with_defaults)
+from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
 from .spec import OptimizerSpec
 
 SIGN_ZEROS = ("zero", "copysign")
@@ -116,6 +117,24 @@ def step(params, grads, state: OptState, hparams, conv: LionConvention = REFEREN
                  lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], conv))
 
 
-SPECS = (OptimizerSpec(name="lion", step=step, validate=validate, convention=REFERENCE_LION,
+# Every value of every option, classified against the reference form (oracle.forms; checked in
+# float64 by tests/test_forms.py).
+FORMS = {
+    "sign_zero": {
+        "zero": ref("Chen et al. 2023, Program 1: sign(0) = 0 (jnp.sign; google/automl, lion-pytorch)"),
+        "copysign": Form(DEVIATION, "sign(0) = +-1: an element whose interpolation is exactly 0 (no grad, no "
+                                    "momentum yet) moves by lr every step (DeepSpeed's CPU Lion)"),
+    },
+    "counter": {
+        "none": ref("no counter: nothing reads one (the reference implementations)"),
+        "param": Form(EQUIVALENT, "a per-param counter that nothing reads (DeepSpeed's CPU Lion)"),
+        "group": Form(EQUIVALENT, "a per-group counter that nothing reads (our fused kernels)"),
+    },
+    "fp32_hparams": {False: ref("hyperparameters as given"),
+                     True: Form(EQUIVALENT, "hyperparameters held as float32: rounding of the inputs only",
+                                 roundoff=FP32_HPARAMS)},
+}
+
+SPECS = (OptimizerSpec(name="lion", step=step, validate=validate, convention=REFERENCE_LION, forms=FORMS,
                        state_keys=("exp_avg",), defaults=DEFAULTS, options=frozenset({"maximize"}),
                        summary="Lion, sign of an interpolated momentum (Chen et al. 2023)"),)

@@ -35,6 +35,7 @@ import numpy as np
 
 from .common import (GradScaling, OptState, as_float64, check_counter, check_flag, check_range, drive, maybe_fp32,
                      with_defaults)
+from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled")
@@ -118,7 +119,30 @@ def step(params, grads, state: OptState, hparams, conv: SGDConvention = TORCH_SG
                  lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], conv))
 
 
-SPECS = (OptimizerSpec(name="sgd", step=step, validate=validate, convention=TORCH_SGD, state_keys=(),
+# Every value of every option, classified against the reference form (oracle.forms; checked in
+# float64 by tests/test_forms.py).
+FORMS = {
+    "decay": {
+        "l2": ref("SGD with L2 regularisation in the gradient (torch.optim.SGD)"),
+        "decoupled": Form(VARIANT, "decoupled decay p*(1 - lr*wd): SGDW, Loshchilov & Hutter 2019, Algorithm 1"),
+    },
+    "first_step": {
+        "copy": ref("the buffer starts as the first grad, undampened (torch.optim.SGD; Sutskever et al. 2013)"),
+        "dampened": Form(DEVIATION, "the buffer starts at 0 and the first grad is dampened: the first step is "
+                                    "(1 - dampening) times too small (mlx #440 before its fix)",
+                         probe={"dampening": 0.5}),
+    },
+    "counter": {
+        "none": ref("no counter: nothing reads one"),
+        "param": Form(EQUIVALENT, "a per-param counter that nothing reads"),
+        "group": Form(EQUIVALENT, "a per-group counter that nothing reads (our fused kernels)"),
+    },
+    "fp32_hparams": {False: ref("hyperparameters as given"),
+                     True: Form(EQUIVALENT, "hyperparameters held as float32: rounding of the inputs only",
+                                 roundoff=FP32_HPARAMS)},
+}
+
+SPECS = (OptimizerSpec(name="sgd", step=step, validate=validate, convention=TORCH_SGD, state_keys=(), forms=FORMS,
                        defaults=DEFAULTS, options=frozenset({"dampening", "nesterov", "maximize"}),
                        optional_state={"momentum_buffer": "momentum"},
                        summary="SGD with momentum (torch.optim.SGD)"),)

@@ -41,6 +41,7 @@ class OptimizerSpec:
                  (torch Adagrad's `sum` <- initial_accumulator_value).
     counter_hparams: hyperparameters whose effect depends on the step counter
                  (lr_decay), so the long-horizon scenario can exercise them.
+    reference / forms: see oracle.forms.
     """
 
     name: str
@@ -54,6 +55,14 @@ class OptimizerSpec:
     eager_state: dict = field(default_factory=dict)
     counter_hparams: tuple = ()
     summary: str = ""
+    # The algorithm's reference form, and every value of every convention option classified against
+    # it (oracle.forms: equivalent, variant with its citation, or deviation). None: `convention`.
+    reference: object = None
+    forms: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.reference is None:
+            object.__setattr__(self, "reference", self.convention)
 
     def state_keys_for(self, hparams: dict) -> tuple:
         """The array state keys a param carries under these hyperparameters."""
