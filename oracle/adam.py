@@ -270,8 +270,9 @@ FORMS = {
         "outside": ref("Kingma & Ba 2015, Algorithm 1: m_hat/(sqrt(v_hat) + eps); torch.optim.Adam"),
         "outside_corrected": Form(EQUIVALENT, "sqrt(v/bc2) = sqrt(v)/sqrt(bc2): the same update, other rounding "
                                               "(apex, TransformerEngine, DeepSpeed FusedAdam, optax)"),
-        "inside": Form(VARIANT, "eps inside the square root, sqrt(v_hat + eps): optax scale_by_adam's documented "
-                                "eps_root (eps moved under the root)", probe={"eps": 1e-3}),
+        "inside": Form(DEVIATION, "the eps hyperparameter put inside the square root, sqrt(v_hat + eps): what optax "
+                                  "calls eps_root (a hyperparameter of its own, with eps_mode='outside_corrected'), "
+                                  "not eps; for tiny grads the step scale is sqrt(eps), not eps", probe={"eps": 1e-3}),
     },
     "bias_correction": {
         True: ref("Kingma & Ba 2015, Algorithm 1 and section 3"),

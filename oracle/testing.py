@@ -25,6 +25,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
+from .compare.checks import FAILING
+
 
 def _name(factory) -> tuple[str, bool]:
     """('module:QualName', importable): importable names make `--impl` repro commands work."""
@@ -137,7 +139,7 @@ def failure_message(results, device: str = "cpu") -> str:
     """The failure lines of the failing results, each with its repro command ('' when none failed)."""
     from oracle.compare.explain import failure_line
     from oracle.compare.report import repro_command
-    bad = [r for r in results if r.status in ("fail", "error")]
+    bad = [r for r in results if r.status in FAILING]
     return "\n".join(f"{failure_line(r)}\n  reproduce: {repro_command(r, device)}" for r in bad)
 
 
@@ -155,7 +157,7 @@ def assert_optimizer_matches(factory, optimizer: str | None = None, dtypes=None,
     results = check_optimizer(factory, optimizer, dtypes, cases, scenarios, steps, seeds, device, convention, infer)
     message = failure_message(results, device)
     if message:
-        n = sum(r.status in ("fail", "error") for r in results)
+        n = sum(r.status in FAILING for r in results)
         raise AssertionError(f"{n} of {len(results)} oracle case(s) failed:\n{message}")
     if not any(r.status == "pass" for r in results):
         reasons = sorted({r.reason for r in results})

@@ -49,13 +49,25 @@ def test_declared_axes_win(monkeypatch):
 
 
 def test_a_defect_is_not_explained_away():
-    """eps inside the sqrt is no library's AdamW convention: inference names the nearest one and the
-    probes that separate it, and the probes are tiny-grad ones (where eps placement shows)."""
-    inf = I.infer(load_impl("tests.broken.adamw:EpsInsideAdamW", optimizer="adamw", inferred=False))
+    """An off-by-one counter is no form of AdamW and no known deviation: inference names the nearest
+    form and the probes that separate it."""
+    inf = I.infer(load_impl("tests.broken.adamw:OffByOneAdamW", optimizer="adamw", inferred=False))
     assert inf.chosen is None
-    assert any("tiny_grads" in p.name for p in inf.separating)
-    assert all(p.finding for p in inf.separating)
+    assert inf.separating and all(p.finding for p in inf.separating)
     assert "NO known convention explains it" in inf.lines()[0]
+    assert inf.to_json()["candidate"]["explained"] is False
+
+
+def test_a_deviation_is_found_only_after_every_form_and_named_as_one():
+    """eps inside the sqrt (the eps hyperparameter used as optax's eps_root) is a deviation: inference
+    tries every legitimate form first, then finds it, and says it is one."""
+    import oracle
+    from oracle import forms
+    inf = I.infer(load_impl("tests.broken.adamw:EpsInsideAdamW", optimizer="adamw", inferred=False))
+    assert inf.chosen is not None and inf.chosen.convention.eps_mode == "inside"
+    assert forms.kind(oracle.SPECS["adamw"], inf.chosen.convention) == forms.DEVIATION
+    assert inf.tried > len(I.conventions_for("adamw"))  # every legitimate candidate was tried first
+    assert any("DEVIATION" in line and "eps_root" in line for line in inf.lines())
 
 
 def test_candidate_round_trips_through_the_environment(monkeypatch):

@@ -26,6 +26,14 @@ HIST_EDGES = (0.0, *(2.0 ** k for k in range(-8, 25)))
 _EDGES = np.array(HIST_EDGES)
 
 
+# Row statuses that fail a run: a numerical or exact check failed, the target raised, the row passed
+# only under a library's deviation (oracle.compare.deviation), or no legitimate form explains the
+# target (oracle.compare.infer) and the row fails under the nearest one. RAN: the row ran to its end.
+FAILING = ("fail", "error", "deviation", "unexplained")
+RAN = ("pass", "fail", "deviation", "unexplained")
+STATUSES = ("pass", *FAILING, "skip")
+
+
 @dataclass
 class Finding:
     """One element that failed a check: enough to locate and fix it."""

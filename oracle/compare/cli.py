@@ -24,6 +24,7 @@ import threading
 import time
 
 from .driver import SCENARIO_PREFIX
+from .checks import FAILING
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_OPTIMIZER = "adamw"
@@ -523,7 +524,7 @@ def merge_main(argv) -> int:
         report.write(args.report_dir, results, run_argv, complete, run["device"], extra)
     print("\n".join(judge.lines()))
     print(report.summary_table(report.summarize(results)))
-    bad = sum(r.status in ("fail", "error") for r in results)
+    bad = sum(r.status in FAILING for r in results)  # deviations and unexplained rows included
     print(f"\nmerged {len(args.reports)} shards: {len(results)} cases, {sum(r.status == 'pass' for r in results)} "
           f"passed, {bad} failed, {sum(r.status == 'skip' for r in results)} skipped{judge.counts_text()}; "
           f"report: {os.path.join(args.report_dir, 'report.md')}")

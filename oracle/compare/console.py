@@ -16,6 +16,8 @@ import shutil
 import sys
 import time
 from collections import Counter
+from .checks import FAILING
+from .summary import apart_text
 
 FAILURE_LINES = 10  # failure lines printed at the end (all of them with --verbose)
 
@@ -45,7 +47,7 @@ class Progress:
         elapsed = time.monotonic() - self.t0
         eta = elapsed / self.done * (self.total - self.done) if self.done else None
         filled = round(20 * self.done / self.total) if self.total else 20
-        bad = ", ".join(f"{self.counts[s]} {s}" for s in ("fail", "error") if self.counts[s])
+        bad = ", ".join(f"{self.counts[s]} {s}" for s in FAILING if self.counts[s])
         text = (f"[{'#' * filled}{'.' * (20 - filled)}] {self.done}/{self.total} jobs"
                 f"{f' ({bad})' if bad else ''}  {_clock(elapsed)} elapsed"
                 f"{f', ETA {_clock(eta)}' if eta is not None else ''}{f'  {label}' if label else ''}")
@@ -66,14 +68,14 @@ class Progress:
             return
         if self.tty:
             above = [f"{r.status.upper()} {r.target} {r.case} seed={r.seed}: {describe(r)}"
-                     for r in rows if r.status in ("fail", "error")]
+                     for r in rows if r.status in FAILING]
             self._write("\r\x1b[2K" + "".join(line + "\n" for line in above)
                         + (self.bar(next_label) if self.done < self.total else ""))
             self.drawn = self.done < self.total
             return
         for r in rows:
             line = f"[{self.done}/{self.total}] {r.status:5s} {r.target} {r.case} seed={r.seed}"
-            if r.status in ("fail", "error"):
+            if r.status in FAILING:
                 line += f"  ({describe(r)})"
             elif r.status == "skip" and self.verbosity > 0:
                 line += f"  ({r.reason})"
@@ -106,7 +108,7 @@ def failure_lines(results, judge, device: str, limit: int | None, report_path: s
     """One line per failing row with its repro command: new ones first, then known ones."""
     from .explain import failure_line
     from .report import repro_command
-    bad = [r for r in results if r.status in ("fail", "error")]
+    bad = [r for r in results if r.status in FAILING]
     new = [r for r in bad if judge.is_new(r)]
     known = [r for r in bad if not judge.is_new(r)]
     ordered = [("NEW " if judge.active else "", r) for r in new] + [("KNOWN ", r) for r in known]
@@ -128,7 +130,7 @@ def counts_line(jobs_done: int, jobs_total: int, results, seconds: float, judge,
     targets_skipped = sum(r.case == "(all cases)" for r in results)
     jobs = plural(jobs_total, "job") if jobs_done == jobs_total else f"{jobs_done} of {plural(jobs_total, 'job')}"
     return (f"\n{jobs} -> {plural(sum(c.values()), 'result row')}: {c['pass']} passed, {c['fail']} failed, "
-            f"{plural(c['error'], 'error')}, "
+            f"{apart_text(c)}{plural(c['error'], 'error')}, "
             f"{c['skip']} skipped in {seconds:.1f}s{judge.counts_text()}"
             + (f"; {targets_skipped} target(s) skipped as a whole" if targets_skipped else "")
             + f"; report: {report_path}")

@@ -22,6 +22,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
+from .checks import FAILING, RAN
 
 SCHEMA_PREFIX = "optimizer-oracle-report/"
 DEFAULT_FACTOR = 2.0
@@ -68,7 +69,7 @@ def _rows(doc: dict) -> dict:
 
 def _failing(row: dict) -> set:
     names = {n for n, c in row.get("checks", {}).items() if not c.get("passed", True)}
-    if not names and row["status"] in ("fail", "error"):
+    if not names and row["status"] in FAILING:
         names = {row["status"]}
     return names
 
@@ -77,7 +78,7 @@ def worst_ratios(doc: dict) -> dict:
     """(target, dtype, check) -> the worst error/bound ratio over the rows that ran."""
     out = {}
     for r in doc["results"]:
-        if r["status"] not in ("pass", "fail"):
+        if r["status"] not in RAN:
             continue
         kind = "scenarios" if r["case"].startswith("scenario:") else (r.get("dtype") or "-")
         for name, c in r.get("checks", {}).items():

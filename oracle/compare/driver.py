@@ -60,10 +60,13 @@ def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern:
     """One matrix case (by name) or one scenario ("scenario:NAME"): a CaseResult or a list of them.
     teach: a failing matrix row says which single change of convention would make it pass
     (oracle.compare.infer.teach; a few more runs of the case)."""
+    from .deviation import mark
     if case_name.startswith(SCENARIO_PREFIX):
         from .scenarios import SCENARIOS
         sc = SCENARIOS[case_name[len(SCENARIO_PREFIX):]]
-        return sc.run(target, device, seed, pattern=pattern) if sc.engine else sc.run(target, device, seed)
+        result = sc.run(target, device, seed, pattern=pattern) if sc.engine else sc.run(target, device, seed)
+        mark(target, rows(result))
+        return result
     from . import cases as C
     from .infer import teach as explain_by_convention
     from .run import run_case
@@ -73,6 +76,7 @@ def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern:
         # which one legitimate convention would explain it (a few more runs, on failing rows only)
         result.reason = explain_by_convention(target, case, seed, device,
                                               [n for n, c in result.checks.items() if not c.passed])
+    mark(target, [result])
     return result
 
 

@@ -100,6 +100,8 @@ def describe(result) -> str:
         return text or "the target raised or crashed (no message)"
     if not failing:
         return ""
+    if status in ("deviation", "unexplained") and _get(result, "reason"):
+        return _get(result, "reason")  # the deviation's name and size / the nearest form and its probes
     name, check = failing[0]
     findings = _get(check, "findings") or []
     if findings:

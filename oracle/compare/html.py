@@ -21,6 +21,7 @@ import io
 import math
 import re
 from collections import defaultdict
+from .checks import FAILING
 
 PLOT_CASES = 60          # failing cases that get plots (the rest: findings, repro; data in report.json)
 MATRIX_CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
@@ -403,7 +404,7 @@ def case_html(row: dict, anchor: str, mark: str, plots: bool) -> str:
 
 def failures_html(doc: dict, anchors: dict) -> str:
     from .summary import new_failure_rows
-    bad = [r for r in doc["results"] if r["status"] in ("fail", "error")]
+    bad = [r for r in doc["results"] if r["status"] in FAILING]
     if not bad:
         return "<p>No failures.</p>"
     new = {id(r) for r in new_failure_rows(doc)}
@@ -591,7 +592,7 @@ def precision_hazards_html(doc: dict) -> str:
 def render(doc: dict) -> str:
     from .summary import hazards, skipped_line, verdict_text
     anchors = {id(r): f"case-{i}" for i, r in enumerate(doc["results"])}
-    n_bad = sum(r["status"] in ("fail", "error") for r in doc["results"])
+    n_bad = sum(r["status"] in FAILING for r in doc["results"])
     verdict = verdict_text(doc).replace("**", "")
     ok = verdict.startswith("PASS")
     skipped = skipped_line(doc.get("summary") or [])

@@ -73,8 +73,12 @@ class Inference:
 
     def to_json(self) -> dict:
         used = self.used
+        if used is not None and self.chosen is None:  # the nearest: its rows are judged "unexplained"
+            used = replace(used, explained=False, separating="; ".join(
+                f"{p.name}: {p.finding}" for p in self.separating[:3]))
         return {"target": self.target, "optimizer": self.optimizer, "explained": self.chosen is not None,
                 "candidate": used.to_json() if used else None, "label": used.label() if used else None,
+                "deviation": deviation_text(self.optimizer, used.convention) if used else "",
                 "declaration": declaration(self.optimizer, used) if used else None,
                 "separating": [{"probe": p.name, "finding": p.finding} for p in self.separating],
                 "also_consistent": list(self.also), "declared_axes": list(self.declared),
@@ -82,6 +86,13 @@ class Inference:
 
     def lines(self) -> list[str]:
         return lines(self.to_json())
+
+
+def deviation_text(optimizer: str, conv) -> str:
+    """What makes `conv` a deviation from the named algorithm, with its size; "" for a legitimate form."""
+    import oracle
+    from oracle import forms
+    return forms.describe(oracle.SPECS[optimizer], conv)
 
 
 def lines(d: dict) -> list[str]:
@@ -93,6 +104,9 @@ def lines(d: dict) -> list[str]:
         out += ["    " + line for line in d["declaration"].splitlines()]
         if d["also_consistent"]:
             out.append(f"  also consistent with every probe: {', '.join(d['also_consistent'])}")
+        if d.get("deviation"):
+            out.append(f"  no legitimate form explains it; that convention is a DEVIATION from {d['optimizer']}: "
+                       f"{d['deviation']}")
         return out
     if not d["candidate"]:
         return [f"{d['target']}: no candidate convention could be tried"]
@@ -164,22 +178,102 @@ def explains(target, probes, seed: int, device: str, stop_early: bool = True, ru
 # --- candidates ----------------------------------------------------------------------------------
 
 def conventions_for(optimizer: str, declared_conv=None) -> list[tuple[str, object]]:
-    """(preset, convention) for every catalog preset of `optimizer` and counter location; a declared
-    convention is the only one (its counter is declared too)."""
+    """(name, convention) candidates, legitimate forms first and most common first: every catalog
+    preset that is no deviation (oracle.forms), then the forms one option away from the reference
+    or from one of those presets, then two options away from the reference (MAX_FORMS in all); each
+    crossed with the counter locations. A declared convention is the only one."""
     if declared_conv is not None:
         from .targets.conventions import named
         return [(named(optimizer, declared_conv) or "declared", declared_conv)]
-    from .targets.conventions import catalog
-    out, seen = [], set()
-    for name, (opt, conv) in catalog().items():
-        if opt != optimizer:
-            continue
+    import oracle
+    spec = oracle.SPECS[optimizer]
+    legit, _ = presets(spec)
+    bases = [("reference", spec.reference)] + legit
+    out = Unique()
+    for name, conv in legit:
+        out.add(name, conv)
+    for base_name, base in bases:
+        for option, value in single_changes(spec, base, legitimate=True):
+            out.add(f"{base_name}+{option}={value!r}", replace(base, **{option: value}))
+    for (o1, v1), (o2, v2) in pairs(single_changes(spec, spec.reference, legitimate=True)):
+        out.add(f"reference+{o1}={v1!r}+{o2}={v2!r}", replace(spec.reference, **{o1: v1, o2: v2}))
+    return out.items[:MAX_FORMS]
+
+
+def deviations_for(optimizer: str) -> list[tuple[str, object]]:
+    """The deviation candidates, tried only once every legitimate form has failed: the catalog's
+    deviation presets (each named after the library that ships it), then each deviation value one
+    option away from the reference and from every legitimate preset."""
+    import oracle
+    spec = oracle.SPECS[optimizer]
+    legit, devs = presets(spec)
+    out = Unique()
+    for name, conv in devs:
+        out.add(name, conv)
+    for base_name, base in [("reference", spec.reference)] + legit:
+        for option, value in single_changes(spec, base, legitimate=False):
+            out.add(f"{base_name}+{option}={value!r}", replace(base, **{option: value}))
+    return out.items[:MAX_FORMS]
+
+
+# Candidates per search (each costs at least one short probe run; most fail the first one).
+MAX_FORMS = 400
+# Options not searched as forms: the counter location is crossed with every candidate, and the
+# counter's dtype is probed on its own by the long-horizon scenario (counter_format below).
+CROSSED = ("counter", "counter_format")
+
+
+class Unique:
+    """(name, convention) pairs in insertion order, each convention once per counter location."""
+
+    def __init__(self):
+        self.items, self.seen = [], set()
+
+    def add(self, name, conv):
         for counter in dict.fromkeys((conv.counter, *COUNTERS)):
-            c = replace(conv, counter=counter)
-            if c not in seen:
-                seen.add(c)
-                out.append((name, c))
+            try:
+                c = replace(conv, counter=counter)
+            except ValueError:
+                continue
+            if c not in self.seen:
+                self.seen.add(c)
+                self.items.append((name, c))
+
+
+def presets(spec) -> tuple[list, list]:
+    """The catalog presets of this optimizer: (legitimate ones, deviations)."""
+    from oracle import forms
+
+    from .targets.conventions import catalog
+    mine = [(name, conv) for name, (opt, conv) in catalog().items() if opt == spec.name]
+    return ([p for p in mine if forms.kind(spec, p[1]) != forms.DEVIATION],
+            [p for p in mine if forms.kind(spec, p[1]) == forms.DEVIATION])
+
+
+def single_changes(spec, base, legitimate: bool) -> list[tuple[str, object]]:
+    """(option, value) for every value of every searched option other than base's, of the legitimate
+    kinds (equivalent, variant) or of the deviation kind; only values that make a valid convention
+    with base's other options."""
+    from oracle import forms
+    out = []
+    for option, table in spec.forms.items():
+        if option in CROSSED:
+            continue
+        for value, form in table.items():
+            value = form.needs.get(option, value) if value == forms.OTHER else value
+            if value == getattr(base, option) or (form.kind == forms.DEVIATION) == legitimate:
+                continue
+            try:
+                replace(base, **{option: value, **{k: v for k, v in form.needs.items() if k != option}})
+            except ValueError:
+                continue
+            out.append((option, value))
     return out
+
+
+def pairs(changes):
+    """Every pair of changes to two different options."""
+    return [(a, b) for i, a in enumerate(changes) for b in changes[i + 1:] if a[0] != b[0]]
 
 
 def precisions(declared: dict) -> list[tuple]:
@@ -206,15 +300,22 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
         inf.tried += 1
         return explains(apply(target, cand), probes, seed, device, runs=runs)
 
-    # 1. the arithmetic convention, on float32 probes (where the precision axes do not matter)
+    # 1. the arithmetic convention, on float32 probes (where the precision axes do not matter):
+    # every legitimate form first, a library's deviation only when none explains the target
     passing, scored = [], []
-    for preset, conv in conventions_for(target.optimizer, declared.get("convention")):
-        cand = Candidate(preset, conv, compute0, state0, masters0)
-        failed = judge(cand, fp32)
-        if failed:
-            scored.append((cand, failed))
-        else:
-            passing.append(cand)
+    groups = [conventions_for(target.optimizer, declared.get("convention"))]
+    if "convention" not in declared:
+        groups.append(deviations_for(target.optimizer))
+    for group in groups:
+        for preset, conv in group:
+            cand = Candidate(preset, conv, compute0, state0, masters0)
+            failed = judge(cand, fp32)
+            if failed:
+                scored.append((cand, failed))
+            else:
+                passing.append(cand)
+        if passing:
+            break
     if not passing:
         inf.nearest, inf.separating = nearest(target, scored, fp32, seed, device, runs)
         return done(inf, runs, t0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from .explain import failure_line, finding_text
+from .checks import FAILING
 
 
 def _new_keys(doc: dict):
@@ -52,12 +53,12 @@ def document(doc: dict) -> ET.ElementTree:
         suite.attrib["time"] += float(r.get("seconds", 0) or 0)
         key = (r["target"], r["case"], r["seed"])
         status = r["status"]
-        if status in ("fail", "error") and new is not None and key not in new:
+        if status in FAILING and new is not None and key not in new:
             ids = ", ".join(known_ids.get(key, [])) or "known"
             el = ET.SubElement(case, "skipped", type="xfail", message=f"known defect ({ids}): {failure_line(r)}")
             el.text = _details(r)
             suite.attrib["skipped"] += 1
-        elif status == "fail":
+        elif status in ("fail", "deviation", "unexplained"):
             checks = [n for n, c in r.get("checks", {}).items() if not c.get("passed", True)]
             el = ET.SubElement(case, "failure", type=",".join(checks) or "fail", message=failure_line(r))
             el.text = _details(r)
@@ -70,7 +71,7 @@ def document(doc: dict) -> ET.ElementTree:
         elif status == "skip":
             ET.SubElement(case, "skipped", message=r.get("reason", ""))
             suite.attrib["skipped"] += 1
-        if status in ("pass", "fail", "error"):
+        if status != "skip":
             ET.SubElement(case, "system-out").text = f"reproduce: {r.get('repro', '')}"
     fixed = [e for e in (doc.get("known") or {}).get("entries", []) if e["status"] == "fixed"]
     if fixed:

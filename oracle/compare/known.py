@@ -37,6 +37,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from .checks import FAILING, RAN
 
 REQUIRED = ("id", "target", "case", "check", "summary", "library", "versions", "first_seen", "repro")
 OPTIONAL = ("reference", "devices", "intermittent")
@@ -248,7 +249,7 @@ def applies(entry: Entry, versions: dict, device: str | None = None) -> str | No
 def failing_checks(result) -> list[str]:
     """The checks of a result that failed; a failed/errored result without one counts as its status."""
     names = [n for n, c in result.checks.items() if not c.passed]
-    if not names and result.status in ("fail", "error"):
+    if not names and result.status in FAILING:
         names = [result.status]
     return names
 
@@ -351,7 +352,7 @@ def classify(results, entries, versions: dict, device: str | None = None, source
                         f.entries.append(j.entry.id)
                         j.matched.append(f)
             (known if f.entries else new).append(f)
-        if r.status not in ("pass", "fail"):
+        if r.status not in RAN:
             continue
         # cases that ran without crashing judge entries whose check passed here
         for j in live:
@@ -524,12 +525,12 @@ class Judge:
     def is_new(self, result) -> bool:
         """Whether a failed/errored result holds a failure that no applicable entry matches."""
         if self.verdict is None:
-            return result.status in ("fail", "error")
+            return result.status in FAILING
         return any(f.result is result for f in self.verdict.new)
 
     def exit_ok(self, results) -> bool:
         if self.verdict is None:
-            return not any(r.status in ("fail", "error") for r in results)
+            return not any(r.status in FAILING for r in results)
         return self.verdict.ok
 
 

@@ -23,6 +23,7 @@ from .summary import (hazards, jsonable, measure, new_failure_rows, skip_reason,
                       skipped_targets, summarize, summary_table, verdict_text)
 
 from .runinfo import repro_command, versions  # noqa: F401 - part of this module's API
+from .checks import FAILING
 
 SCHEMA = "optimizer-oracle-report/2"
 FILES = ("report.json", "report.md", "report.html")
@@ -82,7 +83,7 @@ def check_dict(c, measures: bool = False) -> dict:
 
 def result_dict(result, device: str) -> dict:
     from .explain import reason
-    bad = result.status in ("fail", "error")
+    bad = result.status in FAILING
     return {"target": result.target, "case": result.case, "optimizer": result.optimizer, "dtype": result.dtype,
             "hparams": [_num(dict(hp)) for hp in result.hparams],
             "seed": result.seed, "steps": result.steps, "status": result.status, "reason": reason(result),

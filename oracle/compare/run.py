@@ -24,7 +24,7 @@ from oracle.storage import quantum, round_to
 
 from . import cases as C
 from .bitwise import compare_bits, state_bits
-from .checks import CheckResult, Finding, coarser, compare_tensor
+from .checks import FAILING, STATUSES, CheckResult, Finding, coarser, compare_tensor  # noqa: F401
 from .errmodel import Bounded, unit_roundoff
 from .guards import allocate
 from .hazards import case_hazards
@@ -34,6 +34,7 @@ from .readback import Snapshot, counter_location, math_params
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float64": torch.float64}
 CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
+
 EXTRA_STEPS = 3  # continuation length after a checkpoint reload
 
 
@@ -46,7 +47,7 @@ class CaseResult:
     hparams: list
     seed: int
     steps: int
-    status: str = "pass"        # pass | fail | skip | error
+    status: str = "pass"        # one of STATUSES
     reason: str = ""
     checks: dict = field(default_factory=dict)  # name -> CheckResult
     seconds: float = 0.0

@@ -7,6 +7,14 @@ import numbers
 from collections import Counter, defaultdict
 
 from tabulate import tabulate
+from .checks import FAILING
+
+
+def apart_text(counts) -> str:
+    """The rows counted apart from numerical failures ("3 deviation(s), 1 unexplained, "), if any."""
+    parts = [f"{counts['deviation']} deviation(s)" if counts.get("deviation") else "",
+             f"{counts['unexplained']} unexplained" if counts.get("unexplained") else ""]
+    return "".join(p + ", " for p in parts if p)
 
 
 def jsonable(x):
@@ -78,7 +86,8 @@ def summarize(results) -> list[dict]:
         skips = Counter(skip_reason(target, _field(r, "reason") or "") for r in rs if _field(r, "status") == "skip")
         rows.append({
             "target": target, "optimizer": opt, "dtype": dtype, "pass": count("pass"), "fail": count("fail"),
-            "error": count("error"), "skip": count("skip"), "failed_checks": failed,
+            "error": count("error"), "skip": count("skip"), "deviation": count("deviation"),
+            "unexplained": count("unexplained"), "failed_checks": failed,
             "worst_ratio": worst[0] if worst else None,
             "worst_error_ulps": worst[1] if worst else None,
             "worst_bound_ulps": worst[2] if worst else None,
@@ -90,7 +99,8 @@ def summarize(results) -> list[dict]:
 
 def skipped_targets(rows) -> list[dict]:
     """Summary rows of targets skipped as a whole (unavailable here)."""
-    return [r for r in rows if r["skip"] and not (r["pass"] or r["fail"] or r["error"]) and r["dtype"] == "-"]
+    return [r for r in rows if r["skip"] and not (r["pass"] or r["fail"] or r["error"] or r.get("deviation")
+                                                or r.get("unexplained")) and r["dtype"] == "-"]
 
 
 def skipped_line(rows) -> str:
@@ -116,12 +126,15 @@ def _fmt(x, spec=".3g"):
 def summary_table(rows, fmt: str = "simple") -> str:
     """The summary rows that ran (targets skipped as a whole are left to skipped_line)."""
     shown = [r for r in rows if r not in skipped_targets(rows)]
-    table = [[r["target"], r["optimizer"], r["dtype"], r["pass"], r["fail"], r["error"], r["skip"],
+    # rows judged under a deviation, or unexplained by any form, are counted apart from failures
+    apart = [s for s in ("deviation", "unexplained") if any(r.get(s) for r in shown)]
+    table = [[r["target"], r["optimizer"], r["dtype"], r["pass"], r["fail"], *(r.get(s, 0) for s in apart),
+              r["error"], r["skip"],
               f"{_fmt(r['worst_error_ulps'])} / {_fmt(r['worst_bound_ulps'])}" if r["worst_ratio"] is not None else "",
               _fmt(r["median_power"], ".1e"), ", ".join(r["failed_checks"]),
               r["skip_reason"] if r["skip"] else ""]
              for r in shown]
-    head = ["target", "optimizer", "dtype", "pass", "fail", "error", "skip", "worst err / bound (ULP)",
+    head = ["target", "optimizer", "dtype", "pass", "fail", *apart, "error", "skip", "worst err / bound (ULP)",
             "detection power", "failed checks", "skipped: why"]
     return tabulate(table, head, tablefmt=fmt)
 
@@ -131,7 +144,7 @@ def summary_table(rows, fmt: str = "simple") -> str:
 def new_failure_rows(doc: dict) -> list[dict]:
     """The failing/erroring result dicts holding a failure no applicable known entry matches (all
     of them when the run was not judged)."""
-    bad = [r for r in doc["results"] if r["status"] in ("fail", "error")]
+    bad = [r for r in doc["results"] if r["status"] in FAILING]
     known = doc.get("known")
     if not known:
         return bad
@@ -195,7 +208,7 @@ def verdict_text(doc: dict) -> str:
         ok = known["ok"]
         judged = f"{c['new']} new, {c['known']} known, {c['fixed']} fixed"
     else:
-        ok = not (count["fail"] or count["error"])
+        ok = not any(count[s] for s in FAILING)
         judged = "not judged against known findings"
     return (f"**{'PASS' if ok else 'FAIL'}** ({judged}): {len(results)} result rows, {count['pass']} passed, "
-            f"{count['fail']} failed, {count['error']} errors, {count['skip']} skipped")
+            f"{count['fail']} failed, {apart_text(count)}{count['error']} errors, {count['skip']} skipped")

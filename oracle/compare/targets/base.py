@@ -44,6 +44,12 @@ class Target:
     scaling: Callable | None = None  # step(opt, inv_scale, found_inf) if grad scaling is supported
     in_default: bool = True  # part of a sweep that names no --target
     declared: tuple = ()     # (check, reason) pairs: deviations by design; the check runs, findings go to its note
+    # (option, reason) pairs: convention options whose deviation (oracle.forms) the implementation
+    # declares on purpose (ORACLE_DEVIATIONS); its rows then pass, saying so (oracle.compare.deviation)
+    deviations: tuple = ()
+    # set when inference found no form that explains the target: the nearest one (judged) and the
+    # probes that separate it; its failing rows are "unexplained", not defects (oracle.compare.deviation)
+    unexplained: str = ""
     # A training engine rather than an optimizer (DeepSpeed's): runs only the
     # scenarios marked engine=True, with this description of itself.
     engine: "EngineSpec | None" = None

@@ -7,18 +7,23 @@ apply them, in the CLI's process and, through the environment, in its worker pro
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 @dataclass(frozen=True)
 class Candidate:
-    """One named convention: a catalog preset with the axes real implementations vary independently."""
+    """One named convention: a catalog preset (or a form of the reference, "reference+option=value")
+    with the axes real implementations vary independently. `explained` is False for the nearest
+    convention of a target that no candidate explains, with the probes that separate it."""
 
     preset: str
     convention: object
     compute: str = "float32"
     state_dtype: str = "param"
     masters: bool = False
+    explained: bool = True
+    separating: str = ""
 
     def label(self) -> str:
         parts = [self.preset, f"counter={self.convention.counter}", f"compute={self.compute}",
@@ -32,15 +37,29 @@ class Candidate:
     def to_json(self) -> dict:
         return {"preset": self.preset, "counter": self.convention.counter,
                 "counter_format": getattr(self.convention, "counter_format", "exact"), "compute": self.compute,
-                "state_dtype": self.state_dtype, "masters": self.masters}
+                "state_dtype": self.state_dtype, "masters": self.masters, "explained": self.explained,
+                "separating": self.separating, "convention_type": type(self.convention).__name__,
+                "options": {f.name: _plain(getattr(self.convention, f.name)) for f in fields(self.convention)}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Candidate":
-        from .conventions import catalog
-        conv = replace(catalog()[d["preset"]][1], counter=d["counter"])
-        if d["counter_format"] != "exact":
-            conv = replace(conv, counter_format=d["counter_format"])
-        return cls(d["preset"], conv, d["compute"], d["state_dtype"], d["masters"])
+        conv = convention_from(d)
+        return cls(d["preset"], conv, d["compute"], d["state_dtype"], d["masters"], d.get("explained", True),
+                   d.get("separating", ""))
+
+
+def _plain(value):
+    """An option's value as strict JSON holds it (report.json has no Infinity)."""
+    return "inf" if value == math.inf else value
+
+
+def convention_from(d: dict):
+    """The convention a Candidate's JSON records: every option's value, on its convention type (a
+    preset's name alone would not do: inference also finds forms that are no preset)."""
+    import oracle
+    types = {type(s.reference).__name__: type(s.reference) for s in oracle.SPECS.values()}
+    options = {k: tuple(v) if isinstance(v, list) else math.inf if v == "inf" else v for k, v in d["options"].items()}
+    return types[d["convention_type"]](**options)
 
 
 # What judging reads of a target that a declaration (or inference) sets: a Candidate's fields of these names.
@@ -80,9 +99,13 @@ def imported(name: str) -> Candidate | None:
 
 
 def with_inferred(target):
-    """The target as this run judges it: with the convention inferred for it, where one was."""
+    """The target as this run judges it: with the convention inferred for it, where one was (and,
+    where none explains it, the nearest one, its rows marked unexplained: oracle.compare.deviation)."""
     cand = imported(target.name) if target.infer else None
-    return apply(target, cand) if cand is not None else target
+    if cand is None:
+        return target
+    judged = apply(target, cand)
+    return judged if cand.explained else replace(judged, unexplained=f"{cand.label()}; {cand.separating}")
 
 
 __all__ = ["with_inferred", "ENV", "JUDGED", "Candidate", "apply", "declaration", "export", "imported"]

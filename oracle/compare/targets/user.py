@@ -5,7 +5,8 @@ ORACLE_OPTIMIZER, never from the class name (NAdamW is not AdamW, AdamP is not
 Adam). Its conventions default to the spec's for that optimizer; class
 attributes declare others: ORACLE_CONVENTION, ORACLE_COMPUTE ("float32" or
 "storage"), ORACLE_MASTERS, ORACLE_STATE_DTYPE, ORACLE_DTYPES, ORACLE_DEVICES,
-ORACLE_OPTIONS and ORACLE_SCALING (step() takes inv_scale= and found_inf=). A float32
+ORACLE_OPTIONS, ORACLE_SCALING (step() takes inv_scale= and found_inf=) and ORACLE_DEVIATIONS
+(option -> reason: a deviation from the named algorithm meant on purpose, oracle.compare.deviation). A float32
 step counter is part of the convention (counter_format="float32": it stops at 2**24).
 Whatever it does not declare is inferred (oracle.compare.infer) unless --no-infer.
 """
@@ -121,6 +122,24 @@ def declared_axes(obj) -> dict:
     return {axis: getattr(obj, attr) for attr, axis in DECLARED_AXES.items() if getattr(obj, attr, None) is not None}
 
 
+def declared_deviations(spec: str, obj, optimizer: str) -> tuple:
+    """ORACLE_DEVIATIONS = {option: reason}: the convention options whose deviation from the named
+    algorithm (oracle.forms) the class means, each with a reason; ValueError for anything else."""
+    declared = getattr(obj, "ORACLE_DEVIATIONS", None)
+    if declared is None:
+        return ()
+    options = oracle.SPECS[optimizer].forms
+    if not isinstance(declared, dict) or not all(isinstance(k, str) and isinstance(v, str) and v.strip()
+                                                   for k, v in declared.items()):
+        raise ValueError(f"--impl {spec}: ORACLE_DEVIATIONS must be a dict of option name -> reason (a non-empty "
+                         f"string), got {declared!r}")
+    unknown = sorted(set(declared) - set(options))
+    if unknown:
+        raise ValueError(f"--impl {spec}: ORACLE_DEVIATIONS names {', '.join(unknown)}, not options of "
+                         f"{optimizer}'s convention ({', '.join(options)})")
+    return tuple(sorted(declared.items()))
+
+
 def fully_declared(obj) -> bool:
     return set(declared_axes(obj)) >= {"convention", "compute", "state_dtype", "masters"}
 
@@ -148,6 +167,7 @@ def from_object(obj, spec: str, optimizer: str | None = None, convention=None, i
         options = {o for o in oracle.SPECS[opt].options if o in params}
     from .declare import with_inferred
     target = Target(name=f"impl:{spec}", optimizer=opt, make=lambda groups, defaults: obj(groups, **defaults),
+                    deviations=declared_deviations(spec, obj, opt),
                     convention=conv, devices=tuple(getattr(obj, "ORACLE_DEVICES", ("cpu", "cuda"))),
                     dtypes=tuple(getattr(obj, "ORACLE_DTYPES", ("float32", "bfloat16", "float16"))),
                     compute=getattr(obj, "ORACLE_COMPUTE", "float32"),
