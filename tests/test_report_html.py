@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from oracle.compare import html as H
-from oracle.compare.explain import failure_line
+from oracle.compare.explain import failure_line, most_severe_first
 
 ROOT = Path(__file__).resolve().parents[1]
 FAIL_RED = (215, 48, 39)    # html.COLOURS["far"]: a failing cell of the summary grid
@@ -98,7 +98,7 @@ def test_rendered_dom(failing_report, tmp_path):
     assert got["svgs"] == 2 * len(plotted(doc))
     assert got["svg_size"][0] > 250 and got["svg_size"][1] > 150  # the plots are drawn at a readable size
     assert got["open_cases"] == len([r for r in doc["results"] if r["status"] in ("fail", "error")])
-    first = next(r for r in doc["results"] if r["status"] in ("fail", "error"))
+    first = most_severe_first(r for r in doc["results"] if r["status"] in ("fail", "error"))[0]  # page order
     assert got["copy_button"] in ("Copied", "Press Ctrl-C")
     assert got["selection"] == first["repro"]  # the copy button selected exactly the repro command
     assert got["first_fail_colour"] == "rgb(%d, %d, %d)" % FAIL_RED

@@ -34,6 +34,31 @@ RAN = ("pass", "fail", "deviation", "unexplained")
 STATUSES = ("pass", *FAILING, "skip")
 
 
+# Check names by severity, most severe first: a row's one-line reason leads with its most severe
+# failing check and failure listings put the most severe rows first (oracle.compare.explain). Silent
+# corruption outranks a loud crash, a crash outranks wrong bookkeeping, and a result a little off the
+# numerical bound ranks last. "deviation" is a row status (numerics pass, the convention is a
+# library deviation), ranked here by name. A scenario's suffixed name ("counters@16777216") ranks by
+# its prefix; a name not listed ranks with the numerical checks (lockstep, trajectory, masters, ...).
+SEVERITY = (
+    ("bounds",),            # memory outside a tensor written (oracle.compare.guards)
+    ("finite",),            # non-finite output from finite input (oracle.compare.finite)
+    ("inputs_unchanged",),  # the caller's grads or hyperparameters modified
+    ("error",),             # the target raised or crashed
+    ("counters", "schema", "roundtrip", "checkpoint", "checkpoint_init", "resume", "cross", "flags",
+     "capturable", "reshard", "state", "hparams", "lr", "found_inf", "construction", "wrapper",
+     "eager_state", "eager_init", "sync"),  # bookkeeping, state layout, checkpoints: exact checks
+    ("deviation",),         # numerics pass, the convention is a library deviation
+)
+NUMERIC_RANK = len(SEVERITY)  # lockstep, trajectory and every name not in SEVERITY
+_RANK = {name: rank for rank, names in enumerate(SEVERITY) for name in names}
+
+
+def severity(name: str) -> int:
+    """A check name's rank in SEVERITY (0: most severe); suffixed names rank by their prefix."""
+    return _RANK.get(str(name).split("@", 1)[0], NUMERIC_RANK)
+
+
 @dataclass
 class Finding:
     """One element that failed a check: enough to locate and fix it."""

@@ -7,7 +7,7 @@ above it as they happen); otherwise, or with --verbose, one plain line per resul
 prints none. The outcome: the known-findings verdict, the summary table (not with --quiet), one
 line for the targets skipped as a whole, the counts, then one line per failure (check, tensor,
 index, expected, got, error and bound in ULPs, the known/declared note) with its repro command,
-new failures first, "... and N more (see report)" past the limit (--verbose: no limit).
+new failures first, the most severe first within each (oracle.compare.checks.SEVERITY), "... and N more (see report)" past the limit (--verbose: no limit).
 """
 from __future__ import annotations
 
@@ -105,10 +105,11 @@ def known_note(result, verdict) -> str:
 
 
 def failure_lines(results, judge, device: str, limit: int | None, report_path: str) -> list[str]:
-    """One line per failing row with its repro command: new ones first, then known ones."""
-    from .explain import failure_line
+    """One line per failing row with its repro command: new ones first, then known ones, each the most
+    severe first."""
+    from .explain import failure_line, most_severe_first
     from .report import repro_command
-    bad = [r for r in results if r.status in FAILING]
+    bad = most_severe_first(r for r in results if r.status in FAILING)
     new = [r for r in bad if judge.is_new(r)]
     known = [r for r in bad if not judge.is_new(r)]
     ordered = [("NEW " if judge.active else "", r) for r in new] + [("KNOWN ", r) for r in known]

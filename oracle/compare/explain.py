@@ -5,6 +5,10 @@ JUnit XML and oracle.testing's AssertionError.
     [3, 1]: expected 0.0123456791, got 0.0123456144, error 54.2 ULP > bound 29.4 ULP (3 of 64 elements
     out of bound); also failing: trajectory [known torch defect (id): summary]
 
+The finding shown is that of the row's most severe failing check (oracle.compare.checks.SEVERITY:
+memory written outside a tensor, then non-finite output, modified inputs, ..., numerical bounds last),
+and failure listings put the most severe rows first (`most_severe_first`).
+
 Everything here reads CaseResult / CheckResult / Finding objects or their report.json dicts (the
 same field names), so a line can be rebuilt from a report file.
 """
@@ -79,9 +83,29 @@ def finding_text(f) -> str:
     return text + (f" ({detail})" if detail else "")
 
 
+def by_severity(items) -> list:
+    """(name, check) pairs, most severe first (oracle.compare.checks.SEVERITY), report order within a rank."""
+    from .checks import severity
+    return sorted(items, key=lambda item: severity(item[0]))
+
+
 def failing_checks(result) -> list:
-    """(name, check) pairs of the checks that did not pass, in report order."""
-    return [(n, c) for n, c in (_get(result, "checks") or {}).items() if not _get(c, "passed", True)]
+    """(name, check) pairs of the checks that did not pass, most severe first."""
+    return by_severity((n, c) for n, c in (_get(result, "checks") or {}).items() if not _get(c, "passed", True))
+
+
+def row_severity(result) -> int:
+    """A row's rank: that of its most severe failing check (a "deviation" row: that name's rank)."""
+    from .checks import NUMERIC_RANK, severity
+    names = [n for n, _ in failing_checks(result)]
+    if _get(result, "status") == "deviation":
+        names.append("deviation")
+    return min((severity(n) for n in names), default=NUMERIC_RANK)
+
+
+def most_severe_first(rows) -> list:
+    """Failing rows by their most severe check, in their given order within a rank."""
+    return sorted(rows, key=row_severity)
 
 
 def first_line(text: str, limit: int = 300) -> str:
@@ -90,8 +114,8 @@ def first_line(text: str, limit: int = 300) -> str:
 
 
 def describe(result) -> str:
-    """Why a row failed, without its target and case: the first finding of the first failing check
-    (an error row: the exception), then the other failing checks by name."""
+    """Why a row failed, without its target and case: the first finding of the most severe failing
+    check (an error row: the exception), then the other failing checks by name, by severity."""
     status = _get(result, "status")
     failing = failing_checks(result)
     if status == "error":
@@ -142,4 +166,5 @@ def reason(result) -> str:
     return f"{text}; {own}" if own and own not in text else (text or own)
 
 
-__all__ = ["describe", "failing_checks", "failure_line", "finding_text", "reason", "value"]
+__all__ = ["by_severity", "describe", "failing_checks", "failure_line", "finding_text", "most_severe_first", "reason",
+           "row_severity", "value"]

@@ -4,7 +4,7 @@ report.json document.
 - a summary grid: target x dtype x check (matrix checks under each dtype, one column per scenario),
   each cell coloured by the worst error/bound ratio of the rows it covers, marked N (a new failure),
   K (a known defect) or F (a known entry that no longer reproduces);
-- per failing case (collapsible, grouped by target): the failure line, error and bound versus step
+- per failing case (collapsible, grouped by target, the most severe first): the failure line, error and bound versus step
   for the lockstep and trajectory checks, a histogram of the per-element error in ULPs at the worst
   step (matplotlib, embedded as SVG; the first PLOT_CASES failing cases), the findings table, the
   repro command with a copy button;
@@ -306,8 +306,9 @@ def _bin_label(low, high) -> str:
 
 
 def histogram_svg(row: dict, prefix: str) -> str | None:
-    """Per-element error in ULPs at the worst step of the first failing check with a histogram."""
-    checks = sorted(row["checks"].items(), key=lambda kv: kv[1].get("passed", True))
+    """Per-element error in ULPs at the worst step of the most severe failing check with a histogram."""
+    from .checks import severity
+    checks = sorted(row["checks"].items(), key=lambda kv: (kv[1].get("passed", True), severity(kv[0])))
     name, hist = next(((n, c["histogram"]) for n, c in checks if c.get("histogram")), (None, None))
     if hist is None:
         return None
@@ -335,9 +336,9 @@ def histogram_svg(row: dict, prefix: str) -> str | None:
 # --- sections ----------------------------------------------------------------------------------
 
 def findings_table(row: dict) -> str:
-    from .explain import index_text, ulps, value
+    from .explain import by_severity, index_text, ulps, value
     rows = []
-    for name, c in row["checks"].items():
+    for name, c in by_severity(row["checks"].items()):  # the failure line's finding first
         for f in c.get("findings", []):
             rows.append(f"<tr><td>{esc(name)}</td><td>{esc(f.get('step'))}</td><td>{esc(f.get('tensor'))}</td>"
                         f"<td>{esc(index_text(f.get('index')))}</td><td class='num'>{esc(value(f.get('expected')))}</td>"
@@ -403,8 +404,10 @@ def case_html(row: dict, anchor: str, mark: str, plots: bool) -> str:
 
 
 def failures_html(doc: dict, anchors: dict) -> str:
+    from .explain import most_severe_first
     from .summary import new_failure_rows
-    bad = [r for r in doc["results"] if r["status"] in FAILING]
+    # most severe rows first: within a target, and targets by their most severe row (dicts keep order)
+    bad = most_severe_first(r for r in doc["results"] if r["status"] in FAILING)
     if not bad:
         return "<p>No failures.</p>"
     new = {id(r) for r in new_failure_rows(doc)}

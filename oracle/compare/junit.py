@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .explain import failure_line, finding_text
+from .explain import by_severity, failure_line, failing_checks, finding_text
 from .checks import FAILING
 
 
@@ -31,8 +31,9 @@ def _known_ids(doc: dict) -> dict:
 
 
 def _details(row: dict) -> str:
-    lines = [finding_text(f) for c in row.get("checks", {}).values() for f in c.get("findings", [])]
-    notes = [f"{n}: {c['note']}" for n, c in row.get("checks", {}).items() if c.get("note") and not c.get("passed", True)]
+    checks = by_severity(row.get("checks", {}).items())  # the failure message's finding first
+    lines = [finding_text(f) for _, c in checks for f in c.get("findings", [])]
+    notes = [f"{n}: {c['note']}" for n, c in checks if c.get("note") and not c.get("passed", True)]
     return "\n".join(lines + notes + [f"reproduce: {row.get('repro', '')}"])
 
 
@@ -59,7 +60,7 @@ def document(doc: dict) -> ET.ElementTree:
             el.text = _details(r)
             suite.attrib["skipped"] += 1
         elif status in ("fail", "deviation", "unexplained"):
-            checks = [n for n, c in r.get("checks", {}).items() if not c.get("passed", True)]
+            checks = [n for n, _ in failing_checks(r)]
             el = ET.SubElement(case, "failure", type=",".join(checks) or "fail", message=failure_line(r))
             el.text = _details(r)
             suite.attrib["failures"] += 1

@@ -98,7 +98,7 @@ MD_FAILURES = 40  # failure lines in report.md (all of them are in report.html a
 def markdown(doc: dict) -> str:
     """report.md from a report document: header, summary, new failures, hazards, known entries;
     every finding, the plots, notes and tracebacks are in report.html."""
-    from .explain import failure_line, first_line
+    from .explain import failure_line, first_line, most_severe_first
     from .hazards import entries as precision_hazards, folded_line, group_line, grouped, noticeable
     out = ["# Optimizer oracle report", "", f"- created: {doc['created']}", f"- complete: {doc['complete']}",
            f"- versions: {', '.join(f'{k} {v}' for k, v in doc['versions'].items())}",
@@ -114,7 +114,7 @@ def markdown(doc: dict) -> str:
                 "the one inferred for it (python -m oracle.compare.infer; --no-infer to skip):", ""]
         for found in doc["inferred"]:
             out += ["```", *lines(found), "```", ""]
-    new = new_failure_rows(doc)
+    new = most_severe_first(new_failure_rows(doc))  # the MD_FAILURES shown: the most severe
     out += ["## New failures" if doc.get("known") else "## Failures (not judged against known findings)", ""]
     if not new:
         out.append("None.")

@@ -16,6 +16,8 @@ def apart_text(counts) -> str:
              f"{counts['unexplained']} unexplained" if counts.get("unexplained") else ""]
     return "".join(p + ", " for p in parts if p)
 
+from .checks import severity
+
 
 def jsonable(x):
     """A JSON value: numbers stay numbers (NumPy scalars included), non-finite floats become the
@@ -70,7 +72,7 @@ def skip_reason(target: str, reason: str) -> str:
 def summarize(results) -> list[dict]:
     """One row per target x optimizer x dtype ("scenarios" for scenario rows); results are CaseResults
     or report.json result dicts. The worst error/bound is lockstep's for matrix rows and the worst over
-    every bounded check for scenario rows."""
+    every bounded check for scenario rows. Failed checks are listed most severe first."""
     groups = defaultdict(list)
     for r in results:
         groups[(_field(r, "target"), _field(r, "optimizer"), row_kind(r))].append(r)
@@ -82,7 +84,7 @@ def summarize(results) -> list[dict]:
         worst = max(measured, key=lambda m: m[0], default=None)
         powers = sorted(p for n, c in checks if n == "lockstep" and (p := _float(_field(c, "power"))) is not None
                         and math.isfinite(p))
-        failed = sorted({n for n, c in checks if not _field(c, "passed", True)})
+        failed = sorted({n for n, c in checks if not _field(c, "passed", True)}, key=lambda n: (severity(n), n))
         skips = Counter(skip_reason(target, _field(r, "reason") or "") for r in rs if _field(r, "status") == "skip")
         rows.append({
             "target": target, "optimizer": opt, "dtype": dtype, "pass": count("pass"), "fail": count("fail"),
