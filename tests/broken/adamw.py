@@ -59,3 +59,17 @@ class OffByOneAdamW(_AdamWBase):
 
 class L2AdamW(_AdamWBase):
     l2_decay = True
+
+
+class OutOfViewOffByOneAdamW(OffByOneAdamW):
+    """Off by one, and each step also writes the element just past every param's view (a kernel
+    sizing its writes by the storage, not the view): two failing checks, bounds the more severe."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        super().step(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                end = p.storage_offset() + p.numel()
+                if p.numel() and p.untyped_storage().nbytes() > end * p.element_size():  # room past the view
+                    torch.as_strided(p, (1,), (1,), end).fill_(0.0)
