@@ -7,7 +7,8 @@ above it as they happen); otherwise, or with --verbose, one plain line per resul
 prints none. The outcome: the known-findings verdict, the summary table (not with --quiet), one
 line for the targets skipped as a whole, the counts, then one line per failure (check, tensor,
 index, expected, got, error and bound in ULPs, the known/declared note) with its repro command,
-new failures first, the most severe first within each (oracle.compare.checks.SEVERITY), "... and N more (see report)" past the limit (--verbose: no limit).
+new failures first, the most severe first within each (oracle.compare.checks.SEVERITY), "... and N
+more (see report)" past the limit (--verbose: no limit).
 """
 from __future__ import annotations
 

@@ -4,10 +4,10 @@ report.json document.
 - a summary grid: target x dtype x check (matrix checks under each dtype, one column per scenario),
   each cell coloured by the worst error/bound ratio of the rows it covers, marked N (a new failure),
   K (a known defect) or F (a known entry that no longer reproduces);
-- per failing case (collapsible, grouped by target, the most severe first): the failure line, error and bound versus step
-  for the lockstep and trajectory checks, a histogram of the per-element error in ULPs at the worst
-  step (matplotlib, embedded as SVG; the first PLOT_CASES failing cases), the findings table, the
-  repro command with a copy button;
+- per failing case (collapsible, grouped by target, the most severe first): the failure line,
+  error and bound versus step for the lockstep and trajectory checks, a histogram of the
+  per-element error in ULPs at the worst step (matplotlib, embedded as SVG; the first PLOT_CASES
+  failing cases), the findings table, the repro command with a copy button;
 - known findings, hazards, the summary table, notes and tracebacks, each in its own section.
 
 `render(doc)` is a pure function of the document, so `python -m oracle.compare html DIR` can rebuild
