@@ -7,7 +7,7 @@ import numbers
 from collections import Counter, defaultdict
 
 from tabulate import tabulate
-from .checks import FAILING
+from .checks import FAILING, severity
 
 
 def apart_text(counts) -> str:
@@ -15,8 +15,6 @@ def apart_text(counts) -> str:
     parts = [f"{counts['deviation']} deviation(s)" if counts.get("deviation") else "",
              f"{counts['unexplained']} unexplained" if counts.get("unexplained") else ""]
     return "".join(p + ", " for p in parts if p)
-
-from .checks import severity
 
 
 def jsonable(x):
