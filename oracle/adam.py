@@ -30,6 +30,9 @@ order (Kingma & Ba 2015, Algorithm 1; Loshchilov & Hutter 2019 for AdamW):
     u  <- u + wd*p                             decay="decoupled_update" (apex/TE adam_w_mode, optax
                                                adamw: the decay joins the update, scaled by lr with it)
     p  <- p - lr*u
+    p  <- p*(1 - lr*wd)                        decay="decoupled_after" (the decay applied after the
+                                               update, to the updated p: transformers' AdamW; a
+                                               deviation, lr^2*wd*u apart from AdamW per step)
 
 momentum="nadam" is torch.optim.NAdam's momentum-decay schedule (psi =
 the hyperparameter momentum_decay; P = the state mu_product, 1 before the
@@ -61,7 +64,7 @@ from .common import (ZERO_DECAYS, GradScaling, OptState, bias_corrections, check
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
 from .spec import OptimizerSpec
 
-DECAYS = ("l2", "decoupled", "decoupled_update")
+DECAYS = ("l2", "decoupled", "decoupled_update", "decoupled_after")
 EPS_MODES = ("outside", "outside_corrected", "inside")
 BC_PRECISIONS = ("float64", "compute")
 AMSGRAD_FORMS = ("max_raw", "max_corrected")
@@ -247,11 +250,13 @@ def update(p, g, st, hp, t, conv: AdamConvention):
     v, bc2 = second_moment(st, v, bc2, hp["amsgrad"], conv)
     denom = denominator(v, bc2, eps, conv.eps_mode, eps_root)
     if conv.momentum == "nadam":
-        return nadam_apply(p, g, m, denom, st, lr, b1, f(hp["momentum_decay"]), t), st
-    u = first_moment(m, g, b1, t, bc1, conv) / denom
-    if conv.decay == "decoupled_update":
-        u = u + wd * p
-    return p - lr * u, st
+        p = nadam_apply(p, g, m, denom, st, lr, b1, f(hp["momentum_decay"]), t)
+    else:
+        u = first_moment(m, g, b1, t, bc1, conv) / denom
+        if conv.decay == "decoupled_update":
+            u = u + wd * p
+        p = p - lr * u
+    return (p * (1.0 - lr * wd) if conv.decay == "decoupled_after" else p), st
 
 
 def step(params, grads, state: OptState, hparams, conv: AdamConvention = TORCH_ADAMW,
@@ -331,6 +336,10 @@ DECAY_FORMS = {
                                      "(Loshchilov & Hutter 2019); bitsandbytes' Adam does it"),
         "decoupled_update": Form(DEVIATION, "decoupled decay added to the update under the name Adam: AdamW's "
                                             "decay (apex adam_w_mode=True), not Adam's"),
+        "decoupled_after": Form(DEVIATION, "decoupled decay applied after the update, to the updated param: "
+                                           "(p - lr*u)*(1 - lr*wd), lr^2*wd*u per step from Loshchilov & Hutter's "
+                                           "p*(1 - lr*wd) - lr*u (transformers' AdamW, transformers/optimization.py)",
+                                probe={"lr": 0.1, "weight_decay": 0.5}),
     },
     "adamw": {
         "decoupled": ref("Loshchilov & Hutter 2019, Algorithm 2: p*(1 - lr*wd) (torch.optim.AdamW)"),
@@ -338,6 +347,10 @@ DECAY_FORMS = {
                                              "(apex/TransformerEngine adam_w_mode, optax adamw)"),
         "l2": Form(DEVIATION, "L2 decay through the moments under the name AdamW: that is Adam's decay, "
                               "which Loshchilov & Hutter 2019 show is not equivalent"),
+        "decoupled_after": Form(DEVIATION, "decoupled decay applied after the update, to the updated param: "
+                                           "(p - lr*u)*(1 - lr*wd), lr^2*wd*u per step from Loshchilov & Hutter's "
+                                           "p*(1 - lr*wd) - lr*u (transformers' AdamW, transformers/optimization.py)",
+                                probe={"lr": 0.1, "weight_decay": 0.5}),
     },
 }
 

@@ -68,8 +68,9 @@ def mark(target, rows) -> None:
 
 def mark_unexplained(target, rows) -> None:
     """Failing rows of a target that no legitimate form or known deviation explains: status
-    "unexplained", the reason naming the nearest form and the probes that separate it, then what
-    this row found. A row failing a check no form may excuse stays "fail"."""
+    "unexplained", the reason naming the nearest form, then what this row found (the probes that
+    separate the nearest form are listed once, with the inferred conventions). A row failing a check
+    no form may excuse stays "fail"."""
     from .explain import describe
     for r in rows:
         failing = {n for n, c in r.checks.items() if not c.passed}
@@ -77,8 +78,7 @@ def mark_unexplained(target, rows) -> None:
             continue
         here = describe(r)
         r.status = "unexplained"
-        r.reason = (f"no legitimate form of {target.optimizer} explains {target.name}; judged against the nearest, "
-                    f"{target.unexplained}; this row: {here}")
+        r.reason = f"unexplained: no form of {target.optimizer} explains it (nearest: {target.unexplained}); {here}"
 
 
 __all__ = ["CHECK", "UNEXCUSABLE", "mark", "mark_unexplained", "of", "text"]

@@ -24,6 +24,16 @@ import numpy as np
 from oracle.storage import FORMATS, canonical
 
 
+def as_bounded(x, compute: str):
+    """x as a Bounded value: a plain number is what the oracle began a scalar state with on its own
+    (NAdam's mu_product = 1 times the first factor), one rounding in the compute dtype away from exact."""
+    if isinstance(x, Bounded):
+        return x
+    u = unit_roundoff(compute)
+    v = np.asarray(x, dtype=np.float64)
+    return Bounded(v, u * np.abs(v) + underflow_floor(u), u)
+
+
 class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
     __array_priority__ = 100
 

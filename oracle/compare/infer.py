@@ -50,6 +50,7 @@ class Probe:
     name: str
     passed: bool
     finding: str = ""
+    skipped: bool = False  # the constructor refused the probe's hyperparameters: no evidence either way
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Inference:
     probes: int = 0
     seconds: float = 0.0
     declared: tuple = ()                 # axes the target declared (not inferred)
+    state_names: tuple = ()              # (implementation key, canonical name) found by value
 
     @property
     def used(self) -> Candidate | None:
@@ -82,6 +84,7 @@ class Inference:
                 "declaration": declaration(self.optimizer, used) if used else None,
                 "separating": [{"probe": p.name, "finding": p.finding} for p in self.separating],
                 "also_consistent": list(self.also), "declared_axes": list(self.declared),
+                "state_names": {k: v for k, v in self.state_names},
                 "candidates_tried": self.tried, "probe_runs": self.probes, "seconds": round(self.seconds, 2)}
 
     def lines(self) -> list[str]:
@@ -158,20 +161,27 @@ def run_probe(target, case, seed: int, device: str) -> Probe:
             faulthandler.cancel_dump_traceback_later()
     if res.status == "pass":
         return Probe(case.name, True)
+    if res.status == "skip":
+        return Probe(case.name, True, res.reason, skipped=True)
     return Probe(case.name, False, res.reason if res.status == "error" else describe(res))
 
 
 def explains(target, probes, seed: int, device: str, stop_early: bool = True, runs: list | None = None) -> list:
-    """The probes `target` fails (at most one when stop_early); `runs` counts the probe runs."""
-    failed = []
+    """The probes `target` fails (at most one when stop_early); `runs` counts the probe runs. A probe
+    the constructor refuses is no evidence; when it refuses every one, that is the failure."""
+    failed, skipped = [], []
     for case in probes:
         p = run_probe(target, case, seed, device)
         if runs is not None:
             runs.append(case.name)
-        if not p.passed:
+        if p.skipped:
+            skipped.append(p)
+        elif not p.passed:
             failed.append(p)
             if stop_early:
                 break
+    if probes and len(skipped) == len(probes):
+        return [Probe(skipped[0].name, False, f"no probe ran: {skipped[0].finding}")]
     return failed
 
 
@@ -293,12 +303,16 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
     fp32 = probe_cases(target, ("float32",))
     low = probe_cases(target, [d for d in ("bfloat16", "float16") if dtypes is None or d in dtypes])
     compute0, state0, masters0 = precisions(declared)[0]
+    # state kept under other names is named by value first, so that every candidate reads it
+    from . import statenames
+    names = target.state_names or statenames.found(target, fp32, seed, device)
+    inf.state_names = names
 
     runs: list = []
 
     def judge(cand, probes):
         inf.tried += 1
-        return explains(apply(target, cand), probes, seed, device, runs=runs)
+        return explains(apply(target, replace(cand, state_names=names)), probes, seed, device, runs=runs)
 
     # 1. the arithmetic convention, on float32 probes (where the precision axes do not matter):
     # every legitimate form first, a library's deviation only when none explains the target
@@ -316,6 +330,7 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
                 passing.append(cand)
         if passing:
             break
+    target = replace(target, state_names=names)
     if not passing:
         inf.nearest, inf.separating = nearest(target, scored, fp32, seed, device, runs)
         return done(inf, runs, t0)
@@ -344,6 +359,9 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
 
 def done(inf: Inference, runs: list, t0: float) -> Inference:
     inf.probes, inf.seconds = len(runs), time.perf_counter() - t0
+    if inf.state_names:
+        inf.chosen = inf.chosen and replace(inf.chosen, state_names=inf.state_names)
+        inf.nearest = inf.nearest and replace(inf.nearest, state_names=inf.state_names)
     return inf
 
 

@@ -24,7 +24,7 @@ from oracle.common import GradScaling, OptState
 from oracle.storage import round_to
 
 from .checks import CheckResult, Finding, compare_exact, compare_tensor, tolerance
-from .errmodel import Bounded, unit_roundoff
+from .errmodel import Bounded, as_bounded, unit_roundoff
 from .finite import check_finite, culprit
 from .readback import Snapshot, math_params, read
 
@@ -150,6 +150,7 @@ class Lockstep:
                         self.schema.fail(Finding(self.schema.check, k, f"{name} {key}", detail="state entry missing"))
                         continue
                     st_dtype = after.dtypes[g][i][key]
+                    ev = as_bounded(ev, compute)
                     old = before.state[g][i].get(key, np.zeros_like(ev.v))
                     compare_tensor(self.values, k, f"{name} {key}", ev.v, after.state[g][i][key], old,
                                    tolerance(ev.e, ev.v, st_dtype, compute), st_dtype)

@@ -21,7 +21,8 @@ MASTER_ALIASES = ("master_param", "master", "fp32_param", "master_weight")
 def aliases() -> dict:
     """canonical name -> the names implementations use for it."""
     import oracle
-    keys = {k for s in oracle.SPECS.values() for k in (*s.state_keys, *s.optional_state)}
+    from oracle.common import SCALAR_STATE
+    keys = {k for s in oracle.SPECS.values() for k in (*s.state_keys, *s.optional_state)} | set(SCALAR_STATE)
     return {**{k: (k,) for k in sorted(keys)}, "master_param": MASTER_ALIASES}
 
 
@@ -78,6 +79,9 @@ def read(opt: torch.optim.Optimizer, rename=()) -> Snapshot:
                     canon[reverse[key]] = to_numpy(val)
                     dtypes[reverse[key]] = dtype_name(val)
                     devices[reverse[key]] = str(val.device)
+                elif key in reverse and isinstance(val, float):  # a scalar state kept on the host
+                    canon[reverse[key]] = np.float64(val)
+                    dtypes[reverse[key]], devices[reverse[key]] = "float64", "host"
                 else:
                     extra.append(key)
             for r, v in zip(row, (to_numpy(p), canon, dtypes, devices, counter_value(st.get("step")),

@@ -25,7 +25,7 @@ from oracle.storage import quantum, round_to
 from . import cases as C
 from .bitwise import compare_bits, state_bits
 from .checks import FAILING, STATUSES, CheckResult, Finding, coarser, compare_tensor  # noqa: F401
-from .errmodel import Bounded, unit_roundoff
+from .errmodel import Bounded, as_bounded, unit_roundoff
 from .guards import allocate
 from .hazards import case_hazards
 from .lockstep import Lockstep
@@ -78,6 +78,33 @@ def make_params(case: C.Case, seed: int, device: str, guards: list | None = None
 def build(target, case: C.Case, params) -> torch.optim.Optimizer:
     groups = [{"params": ps, **hp} for ps, hp in zip(params, case.group_hparams())]
     return target.make(groups, case.base_hparams())
+
+
+class Refused(Exception):
+    """The target's constructor refuses this case's hyperparameters (lr = 0, unusual betas) while it
+    takes the spec's defaults for the same keys: the case is a skip that says so, not an error."""
+
+
+def build_or_refuse(target, case: C.Case, params) -> torch.optim.Optimizer:
+    try:
+        return build(target, case, params)
+    except Exception as exc:  # noqa: BLE001 - which exception a constructor raises is its own choice
+        hps, defaults = case.base_hparams(), oracle.SPECS[case.optimizer].defaults
+        base = {k: defaults.get(k, v) for k, v in hps.items()}
+
+        def takes(hp):
+            try:
+                target.make([{"params": ps, **hp} for ps in params], hp)
+                return True
+            except Exception:  # noqa: BLE001
+                return False
+        if not takes(base):
+            raise  # it refuses the defaults too: a crash, reported as such
+        changed = [k for k, v in hps.items() if v != base[k]]
+        refused = [k for k in changed if not takes({**base, k: hps[k]})] or changed
+        said = f"{type(exc).__name__}: {exc}" if str(exc).strip() else type(exc).__name__
+        raise Refused(f"{target.name}'s constructor refuses {', '.join(f'{k}={hps[k]!r}' for k in refused)} "
+                      f"({said}); it takes the defaults") from exc
 
 
 def set_grads(params, grads, guards: list | None = None) -> None:
@@ -142,6 +169,7 @@ def check_schema(res: CheckResult, case, target, opt, snap: Snapshot, touched) -
 
 def store(x: Bounded, storage: str, compute: str) -> Bounded:
     """Round what the target stores; both sides round, so up to one ULP apart."""
+    x = as_bounded(x, compute)
     v = round_to(x.v, storage)
     e = x.e + (quantum(v, storage) if coarser(storage, compute) else 0.0)
     return Bounded(v, e, x.u)
@@ -187,7 +215,7 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
     hps = spec.validate(case.group_hparams())
     guards: list = []
     params = make_params(case, seed, device, guards)
-    opt = build(target, case, params)
+    opt = build_or_refuse(target, case, params)
     ls = Lockstep(target, opt, case.group_hparams(), res["lockstep"], res["counters"], schema=res["schema"],
                   finite=res["finite"])
     # The trajectory starts from the oracle's own initial state (Adagrad's
@@ -243,6 +271,17 @@ def roundtrip_run(target, case, seed, device, at: int, reference_params, referen
                  f"reloaded at step {at}, against the uninterrupted run", strict=True)
 
 
+def not_taken(target, case: C.Case) -> str | None:
+    """Why the case cannot run on this constructor: it sets a hyperparameter the constructor has no
+    parameter for, to other than the spec's default (at the default it is simply not passed)."""
+    defaults = oracle.SPECS[case.optimizer].defaults
+    set_ = sorted(k for hp in case.group_hparams() for k, v in hp.items()
+                  if k in target.absent and v != defaults.get(k))
+    if not set_:
+        return None
+    return f"{target.name}'s constructor takes no {', '.join(dict.fromkeys(set_))} (the case sets it)"
+
+
 def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS) -> CaseResult:
     import time
     t0 = time.perf_counter()
@@ -254,6 +293,8 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
         reason = target.outside_subset(case.name)
     if reason is None and not case.options <= target.options:
         reason = f"{target.name} does not support {', '.join(sorted(case.options - target.options))}"
+    if reason is None:
+        reason = not_taken(target, case)
     if reason is not None:
         result.status, result.reason = "skip", reason
         return result
@@ -264,6 +305,10 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
         if "roundtrip" in checks:
             for at in (0, case.steps):
                 roundtrip_run(target, case, seed, device, at, params, opt, res["roundtrip"])
+    except Refused as exc:
+        result.status, result.reason = "skip", str(exc)
+        result.seconds = time.perf_counter() - t0
+        return result
     except Exception as exc:  # noqa: BLE001 - a crashing target is a result, not the end of the sweep
         result.status = "error"
         result.reason = f"{type(exc).__name__}: {exc}"

@@ -19,6 +19,16 @@ from . import scenario
 from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 
 
+def held(init, val, model_param, state_dtype: str):
+    """The initial value as the state can hold it: a bfloat16 accumulator filled with 0.1 holds
+    0.100097656, and keeps it when a wrapper widens it onto an FP32 master; state kept in float32
+    (state_dtype "float32") holds 0.1 as float32 does."""
+    if not (isinstance(val, torch.Tensor) and val.is_floating_point()):
+        return init
+    first = model_param.dtype if state_dtype == "param" else torch.float32
+    return float(torch.tensor(float(init), dtype=first).to(val.dtype))
+
+
 def _construction_checks(res: CheckResult, target, opt, params, values_before, hp, label: str, masters=None,
                          init_res: CheckResult | None = None) -> None:
     """Constructing changed nothing: params (and masters) bit-identical to the
@@ -55,6 +65,7 @@ def _construction_checks(res: CheckResult, target, opt, params, values_before, h
                                          detail="counter advanced by construction"))
                 elif key in eager:
                     init = hp[g].get(eager[key], oracle.SPECS[target.optimizer].defaults.get(eager[key], 0.0))
+                    init = held(init, val, params[g][i], target.state_dtype)
                     (init_res or res).compared += 1
                     if not isinstance(val, torch.Tensor) or bool((val != init).any()):
                         (init_res or res).fail(Finding((init_res or res).check, 0, name, expected=init,

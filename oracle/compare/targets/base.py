@@ -47,6 +47,9 @@ class Target:
     # (option, reason) pairs: convention options whose deviation (oracle.forms) the implementation
     # declares on purpose (ORACLE_DEVIATIONS); its rows then pass, saying so (oracle.compare.deviation)
     deviations: tuple = ()
+    # the spec's hyperparameters its constructor does not take (oracle.compare.targets.user): never
+    # passed; a case that sets one to other than its default is a skip saying so
+    absent: frozenset = frozenset()
     # set when inference found no form that explains the target: the nearest one (judged) and the
     # probes that separate it; its failing rows are "unexplained", not defects (oracle.compare.deviation)
     unexplained: str = ""

@@ -24,6 +24,8 @@ class Candidate:
     masters: bool = False
     explained: bool = True
     separating: str = ""
+    # (implementation key, canonical name) pairs found by value (oracle.compare.statenames)
+    state_names: tuple = ()
 
     def label(self) -> str:
         parts = [self.preset, f"counter={self.convention.counter}", f"compute={self.compute}",
@@ -39,13 +41,14 @@ class Candidate:
                 "counter_format": getattr(self.convention, "counter_format", "exact"), "compute": self.compute,
                 "state_dtype": self.state_dtype, "masters": self.masters, "explained": self.explained,
                 "separating": self.separating, "convention_type": type(self.convention).__name__,
+                "state_names": [list(pair) for pair in self.state_names],
                 "options": {f.name: _plain(getattr(self.convention, f.name)) for f in fields(self.convention)}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Candidate":
         conv = convention_from(d)
         return cls(d["preset"], conv, d["compute"], d["state_dtype"], d["masters"], d.get("explained", True),
-                   d.get("separating", ""))
+                   d.get("separating", ""), tuple(tuple(pair) for pair in d.get("state_names", ())))
 
 
 def _plain(value):
@@ -67,8 +70,9 @@ JUDGED = ("convention", "compute", "state_dtype", "masters")
 
 
 def apply(target, cand: Candidate):
-    """The target judged as following `cand`."""
-    return replace(target, **{name: getattr(cand, name) for name in JUDGED})
+    """The target judged as following `cand` (and reading its state under the names found for it)."""
+    names = {"state_names": cand.state_names} if cand.state_names else {}
+    return replace(target, **{name: getattr(cand, name) for name in JUDGED}, **names)
 
 
 def declaration(optimizer: str, cand: Candidate) -> str:
@@ -78,6 +82,8 @@ def declaration(optimizer: str, cand: Candidate) -> str:
              f"ORACLE_CONVENTION = {type(conv).__module__}.{conv!r}  # preset {cand.preset}",
              f"ORACLE_COMPUTE = {cand.compute!r}", f"ORACLE_STATE_DTYPE = {cand.state_dtype!r}",
              f"ORACLE_MASTERS = {cand.masters!r}"]
+    if cand.state_names:
+        lines.append(f"ORACLE_STATE_NAMES = {dict(cand.state_names)!r}")
     return "\n".join(lines)
 
 
@@ -105,7 +111,7 @@ def with_inferred(target):
     if cand is None:
         return target
     judged = apply(target, cand)
-    return judged if cand.explained else replace(judged, unexplained=f"{cand.label()}; {cand.separating}")
+    return judged if cand.explained else replace(judged, unexplained=cand.label())
 
 
 __all__ = ["with_inferred", "ENV", "JUDGED", "Candidate", "apply", "declaration", "export", "imported"]

@@ -5,7 +5,8 @@ ORACLE_OPTIMIZER, never from the class name (NAdamW is not AdamW, AdamP is not
 Adam). Its conventions default to the spec's for that optimizer; class
 attributes declare others: ORACLE_CONVENTION, ORACLE_COMPUTE ("float32" or
 "storage"), ORACLE_MASTERS, ORACLE_STATE_DTYPE, ORACLE_DTYPES, ORACLE_DEVICES,
-ORACLE_OPTIONS, ORACLE_SCALING (step() takes inv_scale= and found_inf=) and ORACLE_DEVIATIONS
+ORACLE_OPTIONS, ORACLE_SCALING (step() takes inv_scale= and found_inf=), ORACLE_STATE_NAMES
+(state key -> canonical name, else found by value: oracle.compare.statenames) and ORACLE_DEVIATIONS
 (option -> reason: a deviation from the named algorithm meant on purpose, oracle.compare.deviation). A float32
 step counter is part of the convention (counter_format="float32": it stops at 2**24).
 Whatever it does not declare is inferred (oracle.compare.infer) unless --no-infer.
@@ -140,6 +141,36 @@ def declared_deviations(spec: str, obj, optimizer: str) -> tuple:
     return tuple(sorted(declared.items()))
 
 
+def declared_state_names(spec: str, obj, optimizer: str) -> tuple:
+    """ORACLE_STATE_NAMES = {implementation key: canonical name}: state the class keeps under its own
+    keys (bitsandbytes' "state1" for exp_avg); ValueError for a name the optimizer's spec lacks."""
+    declared = getattr(obj, "ORACLE_STATE_NAMES", None)
+    if declared is None:
+        return ()
+    s = oracle.SPECS[optimizer]
+    canonical = {*s.state_keys, *s.optional_state, "master_param"}
+    if not isinstance(declared, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in declared.items()):
+        raise ValueError(f"--impl {spec}: ORACLE_STATE_NAMES must be a dict of state key -> canonical name, "
+                         f"got {declared!r}")
+    unknown = sorted(set(declared.values()) - canonical)
+    if unknown:
+        raise ValueError(f"--impl {spec}: ORACLE_STATE_NAMES maps to {', '.join(unknown)}, not state of {optimizer} "
+                         f"({', '.join(sorted(canonical))})")
+    return tuple(sorted(declared.items()))
+
+
+def hparams_not_taken(obj, optimizer: str) -> frozenset:
+    """The spec's hyperparameters the constructor has no parameter for (none when it takes **kwargs,
+    or its signature cannot be read): never passed to it; a case setting one is a skip (run.run_case)."""
+    try:
+        params = inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        return frozenset()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return frozenset()
+    return frozenset(k for k in oracle.SPECS[optimizer].defaults if k not in params)
+
+
 def fully_declared(obj) -> bool:
     return set(declared_axes(obj)) >= {"convention", "compute", "state_dtype", "masters"}
 
@@ -165,9 +196,12 @@ def from_object(obj, spec: str, optimizer: str | None = None, convention=None, i
     if options is None:
         params = inspect.signature(obj).parameters if callable(obj) else {}
         options = {o for o in oracle.SPECS[opt].options if o in params}
+    absent = hparams_not_taken(obj, opt)
     from .declare import with_inferred
-    target = Target(name=f"impl:{spec}", optimizer=opt, make=lambda groups, defaults: obj(groups, **defaults),
+    target = Target(name=f"impl:{spec}", optimizer=opt, absent=absent,
+                    make=lambda groups, defaults: obj(groups, **{k: v for k, v in defaults.items() if k not in absent}),
                     deviations=declared_deviations(spec, obj, opt),
+                    state_names=declared_state_names(spec, obj, opt),
                     convention=conv, devices=tuple(getattr(obj, "ORACLE_DEVICES", ("cpu", "cuda"))),
                     dtypes=tuple(getattr(obj, "ORACLE_DTYPES", ("float32", "bfloat16", "float16"))),
                     compute=getattr(obj, "ORACLE_COMPUTE", "float32"),
