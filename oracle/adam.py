@@ -20,13 +20,19 @@ order (Kingma & Ba 2015, Algorithm 1; Loshchilov & Hutter 2019 for AdamW):
         eps_mode="outside_corrected"  sqrt(v'/bc2 + eps_root) + eps (apex, TE, DeepSpeed FusedAdam;
                                                                      optax with its eps_root)
         eps_mode="inside"             sqrt(v'/bc2 + eps)
-        eps_root != 0 is refused under "outside" and "inside": no implementation combines
+        eps_mode="hat"                sqrt(v'') + eps, with the step size lr*sqrt(bc2)/bc1 below
+                                      (Kingma & Ba 2015, end of section 2: "epsilon hat"; Keras 3
+                                      Adam/AdamW, TF1 tf.train.AdamOptimizer). v'' is v' at v's own,
+                                      uncorrected scale: v' itself, or bc2*vmax under max_corrected.
+        eps_root != 0 is refused under "outside", "inside" and "hat": no implementation combines
         them, and a combined form would be a guess. With eps_root = 0 nothing is added.
     m' (momentum):
         momentum="plain"              m/bc1
         momentum="nesterov"           b1*m/(1 - b1^(t+1)) + (1-b1)*g/bc1
                                       (Dozat 2016; optax nadam/nadamw: scale_by_adam(nesterov=True))
-    u  <- m' / denom
+    u  <- m' / denom                          (eps_mode="hat": u <- m' * sqrt(bc2) / denom, so
+                                               p <- p - alpha_t*m/(sqrt(v) + eps), alpha_t =
+                                               lr*sqrt(bc2)/bc1 under momentum="plain")
     u  <- u + wd*p                             decay="decoupled_update" (apex/TE adam_w_mode, optax
                                                adamw: the decay joins the update, scaled by lr with it)
     p  <- p - lr*u
@@ -43,11 +49,15 @@ first step, so P_t = mu_1 * ... * mu_t):
     p    <- p - lr*(1 - mu_t)/(1 - P)        * g/denom
     p    <- p - lr*mu_t+1/(1 - P*mu_t+1)     * m/denom
 
-with denom as above (torch: eps_mode="outside_corrected") and g after the
-decay (decay="l2"; decoupled_weight_decay=True is decay="decoupled").
+with denom as above (torch: eps_mode="outside_corrected"; under "hat" denom/sqrt(bc2))
+and g after the decay (decay="l2"; decoupled_weight_decay=True is decay="decoupled").
 
 The two "outside" forms differ only by rounding in exact arithmetic; they are
 separate options because a kernel's float32 error differs between them.
+"hat" is another algorithm for the same eps value: with eps_hat = eps*sqrt(bc2)
+it is "outside" (the paper's remark), so hat with eps is "outside" with
+eps/sqrt(bc2) in its place, under every momentum and amsgrad form; it differs
+from "outside" at the early steps, where sqrt(bc2) is small, and not at eps = 0.
 Counter conventions are in oracle.common.drive; counter_format says how the
 counter is stored (a float32 counter saturates at 2**24, see
 oracle.common.COUNTER_FORMATS).
@@ -65,7 +75,7 @@ from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
 from .spec import OptimizerSpec
 
 DECAYS = ("l2", "decoupled", "decoupled_update", "decoupled_after")
-EPS_MODES = ("outside", "outside_corrected", "inside")
+EPS_MODES = ("outside", "outside_corrected", "inside", "hat")
 BC_PRECISIONS = ("float64", "compute")
 AMSGRAD_FORMS = ("max_raw", "max_corrected")
 MOMENTA = ("plain", "nesterov", "nadam")
@@ -128,6 +138,26 @@ OPTAX_AMSGRAD = AdamConvention(decay="l2", eps_mode="outside_corrected", counter
                                amsgrad_form="max_corrected", zero_decay="add")
 OPTAX_AMSGRAD_NU_UNCORRECTED = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="group",
                                               bias_correction_v=False, zero_decay="add")
+# Keras 3 keras.optimizers.AdamW (keras/src/optimizers/adamw.py, adam.py, base_optimizer.py):
+#   decay     BaseOptimizer._apply_weight_decay: variable - variable*wd*lr, before update_step
+#             (applied to the variables left after _filter_empty_gradients)       -> decay="decoupled"
+#   eps       Adam.update_step: alpha = lr*sqrt(1 - b2^t)/(1 - b1^t);
+#             variable -= m*alpha/(sqrt(v) + epsilon) ("epsilon hat", its docstring) -> eps_mode="hat"
+#   amsgrad   v_hat = max(v_hat, v), then sqrt(v_hat) + epsilon                  -> amsgrad_form="max_raw"
+#   counter   one `iterations` variable per optimizer, advanced by every apply() whatever
+#             grads are None; t = iterations + 1                                  -> counter="group"
+#   beta^t    ops.power(cast(beta, variable.dtype), cast(t, variable.dtype)), 1 - beta^t in the
+#             variable's dtype                               -> bias_correction_precision="compute"
+#   hparams   lr a floatx (float32) Variable, wd and beta cast to the variable's dtype, epsilon
+#             and 1 - beta Python floats entering float32 ops                    -> fp32_hparams=True
+# Not expressed by an option (so an exact-arithmetic match, other rounding or other non-finite
+# behaviour): the moments as m += (g - m)*(1 - b1), v += (g^2 - v)*(1 - b2); 1 - beta rounded as
+# round(1 - beta) rather than 1 - round(beta); the decay as p - p*wd*lr, which turns an infinite
+# param NaN (inf - inf) even at wd = 0, where p*(1 - lr*wd) keeps it infinite; lr float32 even
+# for a float64 variable. The constructor's defaults (epsilon=1e-7, weight_decay=0.004) are
+# hyperparameters, not convention.
+KERAS_ADAMW = AdamConvention(decay="decoupled", eps_mode="hat", counter="group", fp32_hparams=True,
+                             bias_correction_precision="compute")
 
 # eps_root: optax's term inside the square root; momentum_decay: torch NAdam's psi,
 # read only under momentum="nadam" (default torch's 4e-3).
@@ -167,7 +197,8 @@ def moments(st, g, b1, b2, b3):
 
 
 def check_eps_root(hparams: list[dict], eps_mode: str) -> None:
-    """eps_root is defined inside the sqrt of the corrected v ("outside_corrected") only."""
+    """eps_root is defined inside the sqrt of the corrected v ("outside_corrected") only: refused
+    under "outside", "inside" and "hat"."""
     for g, hp in enumerate(hparams):
         if hp.get("eps_root", 0.0) != 0 and eps_mode != "outside_corrected":
             raise ValueError(f"group {g}: eps_root={hp['eps_root']!r} needs eps_mode='outside_corrected' "
@@ -175,6 +206,10 @@ def check_eps_root(hparams: list[dict], eps_mode: str) -> None:
 
 
 def denominator(v, bc2, eps, eps_mode, eps_root=0.0):
+    """The denominator of the update. Under "hat" v is at its uncorrected scale (hat_moment) and
+    bc2 is not applied here: the step size carries sqrt(bc2) (update)."""
+    if eps_mode == "hat":
+        return np.sqrt(v) + eps
     if eps_mode == "outside":
         return np.sqrt(v) / np.sqrt(bc2) + eps
     if eps_mode == "outside_corrected":
@@ -215,6 +250,14 @@ def second_moment(st, v, bc2, amsgrad: bool, conv: AdamConvention):
     return v, 1.0
 
 
+def hat_moment(v, bc2, amsgrad: bool, conv: AdamConvention):
+    """v' at v's own, uncorrected scale, where eps_mode="hat" adds eps: as it is, or, under
+    amsgrad_form="max_corrected" (a running max of v/bc2), bc2*vmax."""
+    if amsgrad and conv.amsgrad_form == "max_corrected":
+        return v * bc2
+    return v
+
+
 def first_moment(m, g, b1, t, bc1, conv: AdamConvention):
     """m' for momentum "plain" and "nesterov"."""
     if conv.momentum == "plain":
@@ -247,12 +290,19 @@ def update(p, g, st, hp, t, conv: AdamConvention):
         p = p * (1.0 - lr * wd)
     m, v = st["exp_avg"], st["exp_avg_sq"] = moments(st, g, b1, b2, 1.0 - b1)
     bc1, bc2 = corrections(b1, b2, t, p, conv)
-    v, bc2 = second_moment(st, v, bc2, hp["amsgrad"], conv)
-    denom = denominator(v, bc2, eps, conv.eps_mode, eps_root)
+    if conv.eps_mode == "hat":
+        # Kingma & Ba 2015, end of section 2: alpha_t = lr*sqrt(bc2)/bc1, m/(sqrt(v) + eps_hat)
+        v, _ = second_moment(st, v, bc2, hp["amsgrad"], conv)
+        denom = denominator(hat_moment(v, bc2, hp["amsgrad"], conv), bc2, eps, conv.eps_mode)
+    else:
+        v, bc2 = second_moment(st, v, bc2, hp["amsgrad"], conv)
+        denom = denominator(v, bc2, eps, conv.eps_mode, eps_root)
     if conv.momentum == "nadam":
+        denom = denom / np.sqrt(bc2) if conv.eps_mode == "hat" else denom
         p = nadam_apply(p, g, m, denom, st, lr, b1, f(hp["momentum_decay"]), t)
     else:
-        u = first_moment(m, g, b1, t, bc1, conv) / denom
+        u = first_moment(m, g, b1, t, bc1, conv)
+        u = u * np.sqrt(bc2) / denom if conv.eps_mode == "hat" else u / denom
         if conv.decay == "decoupled_update":
             u = u + wd * p
         p = p - lr * u
@@ -278,6 +328,12 @@ FORMS = {
         "inside": Form(DEVIATION, "the eps hyperparameter put inside the square root, sqrt(v_hat + eps): what optax "
                                   "calls eps_root (a hyperparameter of its own, with eps_mode='outside_corrected'), "
                                   "not eps; for tiny grads the step scale is sqrt(eps), not eps", probe={"eps": 1e-3}),
+        "hat": Form(VARIANT, "Kingma & Ba 2015, end of section 2 (the efficient order of Algorithm 1): "
+                             "alpha_t = lr*sqrt(1 - b2^t)/(1 - b1^t), m/(sqrt(v) + eps_hat), eps added to the "
+                             "uncorrected sqrt(v): Keras 3 Adam/AdamW, TF1 tf.train.AdamOptimizer. Equal to "
+                             "'outside' with eps/sqrt(1 - b2^t) as its eps (the paper's eps_hat = "
+                             "eps*sqrt(1 - b2^t)): the same eps is another update, observable at the early steps",
+                    probe={"eps": 1e-3}),
     },
     "bias_correction": {
         True: ref("Kingma & Ba 2015, Algorithm 1 and section 3"),

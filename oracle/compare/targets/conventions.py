@@ -30,6 +30,7 @@ def catalog() -> dict[str, tuple[str, object]]:
         "optax.amsgrad.nu_uncorrected": ("adam", adam.OPTAX_AMSGRAD_NU_UNCORRECTED),
         "optax.nadam": ("adam", adam.OPTAX_NADAM),
         "optax.nadamw": ("adamw", adam.OPTAX_NADAMW),
+        "keras.adamw": ("adamw", adam.KERAS_ADAMW),
         "apex.adamw": ("adamw", adam.APEX_ADAMW),
         "apex.adam": ("adam", gpu.APEX_ADAM),
         "deepspeed.cpu_adam.adamw": ("adamw", deepspeed.DS_CPU_ADAMW),
