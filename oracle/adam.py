@@ -158,6 +158,10 @@ OPTAX_AMSGRAD_NU_UNCORRECTED = AdamConvention(decay="l2", eps_mode="outside_corr
 # hyperparameters, not convention.
 KERAS_ADAMW = AdamConvention(decay="decoupled", eps_mode="hat", counter="group", fp32_hparams=True,
                              bias_correction_precision="compute")
+# transformers' own AdamW (transformers/optimization.py, deprecated for torch.optim.AdamW): the paper's
+# efficient step size lr*sqrt(bc2)/bc1 over sqrt(v) + eps, then p <- p - lr*wd*p on the updated param.
+# The decay order makes it a deviation of AdamW (oracle.forms): a named library, never a pass.
+TRANSFORMERS_ADAMW = AdamConvention(decay="decoupled_after", eps_mode="hat")
 
 # eps_root: optax's term inside the square root; momentum_decay: torch NAdam's psi,
 # read only under momentum="nadam" (default torch's 4e-3).

@@ -23,13 +23,14 @@ collect_ignore = ["outside_library"]
 
 @pytest.fixture(scope="session")
 def failing_report(tmp_path_factory):
-    """A report folder from a real run with new failures (a broken AdamW), an error row (a target that
-    raises) and passing rows: (folder, report.json document)."""
+    """A report folder from a real run with new failures (a broken AdamW, judged by its declaration
+    alone: --no-infer, so its rows are plain numerical failures), an error row (a target that raises)
+    and passing rows: (folder, report.json document)."""
     from oracle.compare.cli import main
     folder = tmp_path_factory.mktemp("failing") / "report"
     code = main(["--impl", "tests.broken.adamw:OffByOneAdamW", "--impl", "tests.broken.crashing:RaisingAdamW",
                  "--optimizer", "adamw", "--dtype", "fp32", "--case", "*/wd0.1/*", "--scenario", "none",
-                 "--report-dir", str(folder), "--no-isolate", "--quiet"])
+                 "--report-dir", str(folder), "--no-isolate", "--quiet", "--no-infer"])
     assert code == 1
     return folder, json.loads((folder / "report.json").read_text())
 

@@ -27,7 +27,9 @@ def run(tmp_path, *args):
 
 
 def test_a_new_failure_line_states_check_tensor_index_values_error_and_bound(tmp_path, capsys):
-    code = run(tmp_path, "--impl", BROKEN, "--optimizer", "adamw", "--case", CASE, "--scenario", "none", "--quiet")
+    # judged by its declaration alone (--no-infer): a plain numerical failure, not an unexplained target
+    code = run(tmp_path, "--impl", BROKEN, "--optimizer", "adamw", "--case", CASE, "--scenario", "none", "--quiet",
+               "--no-infer")
     out = capsys.readouterr().out
     assert code == 1
     [line] = [s for s in out.splitlines() if s.startswith(f"  NEW FAIL impl:{BROKEN} {CASE} seed=0: ")]
@@ -74,7 +76,7 @@ def test_progress_and_summary_count_jobs_and_the_rest_is_named_in_one_line(tmp_p
 def test_more_failures_than_shown_say_how_many_more(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(console, "FAILURE_LINES", 1)
     code = run(tmp_path, "--impl", BROKEN, "--optimizer", "adamw", "--dtype", "fp32", "--case", "*/wd0.1/*",
-               "--scenario", "none", "--quiet")
+               "--scenario", "none", "--quiet", "--no-infer")
     out = capsys.readouterr().out
     n = len(json.loads((tmp_path / "r" / "report.json").read_text())["results"])
     failing = len([r for r in json.loads((tmp_path / "r" / "report.json").read_text())["results"]

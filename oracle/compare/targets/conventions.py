@@ -31,6 +31,7 @@ def catalog() -> dict[str, tuple[str, object]]:
         "optax.nadam": ("adam", adam.OPTAX_NADAM),
         "optax.nadamw": ("adamw", adam.OPTAX_NADAMW),
         "keras.adamw": ("adamw", adam.KERAS_ADAMW),
+        "transformers.adamw": ("adamw", adam.TRANSFORMERS_ADAMW),
         "apex.adamw": ("adamw", adam.APEX_ADAMW),
         "apex.adam": ("adam", gpu.APEX_ADAM),
         "deepspeed.cpu_adam.adamw": ("adamw", deepspeed.DS_CPU_ADAMW),
