@@ -217,5 +217,47 @@ def describe(spec, conv) -> str:
     return f"{names} ({measure(spec.name, conv, probe_of(spec, conv)).words()})"
 
 
+# --- the classification as a table (docs/oracle.md, "Forms and deviations") -------------------------
+
+def rows(spec) -> list[tuple[str, str, str, str]]:
+    """(option, value, kind, why) for every classified value of this optimizer's options, the reference
+    value first; a deviation's why ends with its size measured against the reference."""
+    out = []
+    for option, table in spec.forms.items():
+        ref_value = getattr(spec.reference, option)
+        for value, form in sorted(table.items(), key=lambda vf: vf[0] != ref_value):
+            why = form.cite
+            if form.kind == DEVIATION and value != OTHER:
+                why += size_words(spec, option, value, form)
+            label = "any other" if value == OTHER else f"`{value!r}`" + (" (reference)" if value == ref_value else "")
+            out.append((option, label, form.kind, why))
+    return out
+
+
+def size_words(spec, option: str, value, form: Form) -> str:
+    """" (step size x..., ...)" for a deviation alone on the reference, "" where it cannot run alone
+    on the standard problem (a counter scope the update needs)."""
+    if form.steps > 100:  # the sizes below are taken over 100 steps
+        return f" (shows only past step 100: the classification test runs {form.steps} steps)"
+    try:
+        conv = replace(spec.reference, **{option: value, **form.needs})
+        return f" ({measure(spec.name, conv, probe_of(spec, conv)).words()})"
+    except (TypeError, ValueError):
+        return ""
+
+
+def markdown() -> str:
+    """Every optimizer's table of forms, as docs/oracle.md carries it (tests/test_docs.py compares them)."""
+    import oracle
+    out = []
+    for name, spec in oracle.SPECS.items():
+        out += [f"#### {name}", "", "| option | value | class | citation, reason or size |", "|---|---|---|---|"]
+        out += [f"| `{o}` | {v} | {k} | {w.replace('|', '/')} |" for o, v, k, w in rows(spec)]
+        out.append("")
+    return "\n".join(out)
+
+
 __all__ = ["DEVIATION", "EQUIVALENT", "KINDS", "OTHER", "VARIANT", "Form", "Size", "deviations", "describe",
-           "differing", "form_of", "kind", "measure", "probe_of", "ref", "standard_hparams", "trajectory"]
+           "differing", "form_of", "kind", "markdown", "measure", "probe_of", "ref", "rows", "size_words",
+           "standard_hparams", "trajectory"]
+
