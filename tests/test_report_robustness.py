@@ -58,7 +58,8 @@ def test_repro_command_reproduces_the_row_bit_for_bit(tmp_path):
                "--scenario", "none", "--seed", "3", "--report-dir", str(first), "--quiet")
     proc.communicate(timeout=600)
     assert proc.returncode == 1
-    rows = [r for r in json.loads((first / "report.json").read_text())["results"] if r["status"] == "fail"]
+    # no form explains the off-by-one AdamW: its failing rows are "unexplained"
+    rows = [r for r in json.loads((first / "report.json").read_text())["results"] if r["status"] == "unexplained"]
     assert rows
     for row in rows[:1]:  # a sample: each repro runs in a fresh process (10 s a row)
         again = tmp_path / f"again{rows.index(row)}"

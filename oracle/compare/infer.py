@@ -22,6 +22,7 @@ one is judged by the same checks with the same bounds, and the verdict on the fu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -144,21 +145,27 @@ _running: list = [None, ""]
 _probe_limit_s: list = [None]
 
 
-def run_probe(target, case, seed: int, device: str) -> Probe:
+@contextlib.contextmanager
+def watched(name: str):
+    """Run the body as one probe under the --probe-timeout watchdog (watch_probes)."""
     import faulthandler
-
-    from .explain import describe
-    from .run import run_case
     limit = _probe_limit_s[0]
-    _running[:] = [time.monotonic(), case.name]
+    _running[:] = [time.monotonic(), name]
     if limit:
         faulthandler.dump_traceback_later(limit + BACKSTOP_S, exit=True)
     try:
-        res = run_case(target, case, seed, device, checks=PROBE_CHECKS)
+        yield
     finally:
         _running[:] = [None, ""]
         if limit:
             faulthandler.cancel_dump_traceback_later()
+
+
+def run_probe(target, case, seed: int, device: str) -> Probe:
+    from .explain import describe
+    from .run import run_case
+    with watched(case.name):
+        res = run_case(target, case, seed, device, checks=PROBE_CHECKS)
     if res.status == "pass":
         return Probe(case.name, True)
     if res.status == "skip":
@@ -305,7 +312,12 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
     compute0, state0, masters0 = precisions(declared)[0]
     # state kept under other names is named by value first, so that every candidate reads it
     from . import statenames
-    names = target.state_names or statenames.found(target, fp32, seed, device)
+    if target.state_names:
+        names = target.state_names
+    else:
+        probe = statenames.probe_case(target, fp32)
+        with watched(f"state names on {probe.name}" if probe else "state names"):
+            names = statenames.found(target, fp32, seed, device)
     inf.state_names = names
 
     runs: list = []

@@ -169,6 +169,11 @@ class DS8910AdagradSumNotPromoted(_Mutant, B.Adagrad):
     PROVENANCE = "DeepSpeed #8910 (review follow-up: eager Adagrad state on the FP32 masters)"
     DESCRIPTION = "torch Adagrad's eagerly created `sum` left in the bf16/fp16 param dtype under FP32 masters"
     EXPECT = ('schema', 'sum', None, 'bf16')
+    # Undeclared, a bf16 accumulator beside FP32 masters is a legitimate configuration (state in the
+    # param's dtype): the defect is against DeepSpeed's declared FP32 state, which the declared gate
+    # holds it to. (It once died undeclared too, only through the construction check expecting 0.1
+    # exactly where a bf16 accumulator holds 0.100097656: a false failure, since fixed.)
+    LEGITIMATE_UNDECLARED = "state_dtype='param' beside FP32 masters is a legitimate configuration when undeclared"
 
     def _sum_dtype(self, p):
         return p.dtype
