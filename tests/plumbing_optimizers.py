@@ -14,7 +14,10 @@ class PaperLamb(torch.optim.Optimizer):
         m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
         u = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd p
         r = ||p|| / ||u||  (1 where either norm is 0);  p <- p - lr r u
-    Its moments are kept as state["m"] and state["v"]: found by value."""
+    Its moments are kept as state["m"] and state["v"]: found by value. BIAS_CORRECTION = False is the
+    paper's v3 form without bias correction (bc1 = bc2 = 1)."""
+
+    BIAS_CORRECTION = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
@@ -35,7 +38,8 @@ class PaperLamb(torch.optim.Optimizer):
                 t, g = st["step"], p.grad
                 st["m"].mul_(b1).add_(g, alpha=1 - b1)
                 st["v"].mul_(b2).addcmul_(g, g, value=1 - b2)
-                u = (st["m"] / (1 - b1 ** t)) / ((st["v"] / (1 - b2 ** t)).sqrt() + group["eps"])
+                bc1, bc2 = (1 - b1 ** t, 1 - b2 ** t) if self.BIAS_CORRECTION else (1.0, 1.0)
+                u = (st["m"] / bc1) / ((st["v"] / bc2).sqrt() + group["eps"])
                 u = u + group["weight_decay"] * p
                 wn, un = p.norm().item(), u.norm().item()
                 r = wn / un if wn > 0 and un > 0 else 1.0

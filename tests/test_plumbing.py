@@ -164,23 +164,7 @@ def test_correct_outside_optimizers_pass_undeclared(obj, optimizer, preset):
 def test_lamb_without_bias_correction_is_found():
     """LAMB v3 of the paper, without bias correction: a variant that inference must find, not a preset."""
     class NoBiasCorrectionLamb(PaperLamb):
-        @torch.no_grad()
-        def step(self):
-            for group in self.param_groups:  # restate the step with bc1 = bc2 = 1
-                b1, b2 = group["betas"]
-                for p in group["params"]:
-                    if p.grad is None:
-                        continue
-                    st = self.state[p]
-                    if not st:
-                        st["step"], st["m"], st["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
-                    st["step"] += 1
-                    g = p.grad
-                    st["m"].mul_(b1).add_(g, alpha=1 - b1)
-                    st["v"].mul_(b2).addcmul_(g, g, value=1 - b2)
-                    u = st["m"] / (st["v"].sqrt() + group["eps"]) + group["weight_decay"] * p
-                    wn, un = p.norm().item(), u.norm().item()
-                    p.add_(u, alpha=-group["lr"] * (wn / un if wn > 0 and un > 0 else 1.0))
+        BIAS_CORRECTION = False
     inf = I.infer(target(NoBiasCorrectionLamb, "x:NoBiasCorrectionLamb", "lamb"))
     assert inf.chosen is not None, inf.lines()
     from oracle import forms
