@@ -30,6 +30,8 @@ order (Kingma & Ba 2015, Algorithm 1; Loshchilov & Hutter 2019 for AdamW):
         momentum="plain"              m/bc1
         momentum="nesterov"           b1*m/(1 - b1^(t+1)) + (1-b1)*g/bc1
                                       (Dozat 2016; optax nadam/nadamw: scale_by_adam(nesterov=True))
+        momentum="nesterov_bc1"       (b1*m + (1-b1)*g)/bc1: both terms under bc1 (Choi et al. 2019,
+                                      Table 1, NAdam; the AlgoPerf NAdamW baseline; timm NAdamW)
     u  <- m' / denom                          (eps_mode="hat": u <- m' * sqrt(bc2) / denom, so
                                                p <- p - alpha_t*m/(sqrt(v) + eps), alpha_t =
                                                lr*sqrt(bc2)/bc1 under momentum="plain")
@@ -78,7 +80,7 @@ DECAYS = ("l2", "decoupled", "decoupled_update", "decoupled_after")
 EPS_MODES = ("outside", "outside_corrected", "inside", "hat")
 BC_PRECISIONS = ("float64", "compute")
 AMSGRAD_FORMS = ("max_raw", "max_corrected")
-MOMENTA = ("plain", "nesterov", "nadam")
+MOMENTA = ("plain", "nesterov", "nesterov_bc1", "nadam")
 
 
 @dataclass(frozen=True)
@@ -263,9 +265,11 @@ def hat_moment(v, bc2, amsgrad: bool, conv: AdamConvention):
 
 
 def first_moment(m, g, b1, t, bc1, conv: AdamConvention):
-    """m' for momentum "plain" and "nesterov"."""
+    """m' for momentum "plain", "nesterov" and "nesterov_bc1"."""
     if conv.momentum == "plain":
         return m / bc1
+    if conv.momentum == "nesterov_bc1":
+        return (b1 * m + (1.0 - b1) * g) / bc1
     bc1_next = one_minus_power(b1, t + 1, m, conv) if conv.bias_correction else 1.0
     return b1 * (m / bc1_next) + (1.0 - b1) * (g / bc1)
 
@@ -371,6 +375,12 @@ FORMS = {
         "plain": ref("Kingma & Ba 2015, Algorithm 1"),
         "nesterov": Form(VARIANT, "Nesterov momentum, Dozat 2016 (Incorporating Nesterov Momentum into Adam), "
                                   "section 3 with a constant beta1: optax nadam (scale_by_adam nesterov=True)"),
+        "nesterov_bc1": Form(VARIANT, "Nesterov momentum with one bias correction for both terms, "
+                                      "(b1*m + (1-b1)*g)/(1 - b1^t): NAdam as Choi et al. 2019 (On Empirical "
+                                      "Comparisons of Optimizers for Deep Learning) define it in Table 1, the "
+                                      "AlgoPerf NAdamW baseline (mlcommons/algorithmic-efficiency), timm NAdamW; "
+                                      "it parts from 'nesterov' at the early steps, where 1 - b1^(t+1) and "
+                                      "1 - b1^t differ"),
         "nadam": Form(VARIANT, "Dozat 2016 section 3 with its momentum schedule mu_t = beta1(1 - 0.5*0.96^(t*psi)): "
                                "torch.optim.NAdam"),
     },

@@ -58,6 +58,7 @@ class Entry:
     cls: object = None   # optimizer class (mutants, controls)
     wrapper: object = None  # wrapper class (wrapper mutants); cls is then the INNER optimizer
     builtin: str = ""    # a oracle.compare.targets builtin name (references)
+    undeclared_only: bool = False  # judged only with inference on (oracle.mutants.deviations)
 
     def target(self):
         if self.builtin:
@@ -85,11 +86,17 @@ class Row:
 def entries() -> list[Entry]:
     from oracle.mutants.base import CONTROLS
     from oracle.mutants.catalog import MUTANTS
+    from oracle.mutants.deviations import DEVIATION_MUTANTS
     from oracle.mutants.wrappers import WRAPPER_MUTANTS
     out = []
     for cls in MUTANTS:
         out.append(Entry(cls.__name__, "mutant", cls.ORACLE_OPTIMIZER, cls.PROVENANCE, cls.DESCRIPTION,
                          tuple(cls.EXPECT), cls.GPU_ONLY, cls=cls))
+    for cls in DEVIATION_MUTANTS:
+        option, value = cls.DEVIATION
+        out.append(Entry(cls.__name__, "deviation-mutant", cls.ORACLE_OPTIMIZER,
+                         f"oracle.forms: {cls.ORACLE_OPTIMIZER} {option}={value!r}", cls.__doc__.split(": ", 1)[1],
+                         ("deviation", "", None, ""), cls=cls, undeclared_only=True))
     for w in WRAPPER_MUTANTS:
         out.append(Entry(w.__name__, "wrapper-mutant", w.INNER.ORACLE_OPTIMIZER, w.PROVENANCE, w.DESCRIPTION,
                          tuple(w.EXPECT), w.GPU_ONLY, cls=w.INNER, wrapper=w))
@@ -386,7 +393,7 @@ def parser():
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
-    every = entries()
+    every = [e for e in entries() if args.undeclared or not e.undeclared_only]
     selected = [e for e in every if not args.only or any(fnmatch.fnmatch(e.name, g) for g in args.only)]
     if not selected:
         print(f"error: nothing matches {args.only}", file=sys.stderr)
