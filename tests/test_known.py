@@ -310,7 +310,7 @@ def test_entry_for_other_versions_does_not_cover_a_failure(tmp_path, capsys):
     path = write_known(tmp_path, fabricated(id="old-torch", target="torch.*.fused", versions="<2"))
     code, doc = cli(tmp_path, *FUSED_IRREGULAR, "--known", str(path))
     out = capsys.readouterr().out
-    assert code == 1 and "not applicable here: old-torch (torch" in out
+    assert code == 1 and "not applicable here that a new failure matches: old-torch (torch" in out
     assert doc["known"]["new"][0]["not_applicable_entries"] == ["old-torch"]
 
 
@@ -483,3 +483,19 @@ def test_classify_intermittent_entry_is_never_fixed():
     assert v.ok and not v.fixed and [j.status for j in v.entries] == ["not run"]
     v = K.classify([result(status="fail", c=False)], [e], V, "cpu")
     assert v.ok and [j.status for j in v.entries] == ["known"]
+
+
+def test_console_counts_the_entries_a_run_did_not_exercise(tmp_path, capsys):
+    """The console's tail stays short: entries this run did not exercise, or that are for other versions,
+    are a count with a pointer to report.md (which lists each), not a list of ids."""
+    entries = [fabricated(id=f"unexercised-{i}", target="torch.sgd.forloop") for i in range(30)]
+    entries += [fabricated(id=f"other-torch-{i}", versions="<2") for i in range(5)]
+    path = write_known(tmp_path, *entries)
+    code, doc = cli(tmp_path, "--optimizer", "adamw", "--target", "torch.adamw.forloop", "--scenario", "none",
+                    "--case", "adamw/fp32/wd0.1/single/normal", "--known", str(path))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Known entries: 30 not exercised by this run, 5 not applicable here" in out
+    assert "unexercised-3" not in out and "other-torch-1" not in out
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "unexercised-3" in md and "other-torch-1" in md

@@ -414,14 +414,18 @@ def verdict_lines(v: Verdict, limit: int = 10) -> list[str]:
     if v.fixed:
         out.append(f"Known entries that no longer reproduce ({FIXED_HINT}):")
         out += [f"  FIXED {j.entry.id} ({j.entry.label()}): {j.reason}" for j in v.fixed]
-    not_run = v.by_status("not run")
-    if not_run:
-        out.append(f"Known entries not exercised by this run: {', '.join(j.entry.id for j in not_run)}")
-    na = v.by_status("not applicable")
-    if na:
-        out.append("Known entries not applicable here: "
-                   + "; ".join(f"{j.entry.id} ({j.reason})" for j in na[:limit])
-                   + (f"; +{len(na) - limit} more" if len(na) > limit else ""))
+    # the entries this run did not exercise, or that are for other versions or devices, are counted, not
+    # listed (report.md's "Known findings" table has each); a not-applicable entry that a new failure
+    # matches is named, since it may be the entry to update
+    not_run, na = v.by_status("not run"), v.by_status("not applicable")
+    matched = {i for f in v.new for i in getattr(f, "other", ())}
+    named = [j for j in na if j.entry.id in matched]
+    if not_run or na:
+        out.append(f"Known entries: {len(not_run)} not exercised by this run, {len(na)} not applicable here "
+                   "(each listed in report.md, \"Known findings\")")
+    if named:
+        out.append("Known entries not applicable here that a new failure matches: "
+                   + "; ".join(f"{j.entry.id} ({j.reason})" for j in named[:limit]))
     return out + [""] if out else out
 
 
