@@ -329,9 +329,25 @@ def execute(work, args, pool=None):
     if args.isolate:
         from .isolate import run_isolated
         return run_isolated(work, args.device, args.timeout, pool=pool)
+    return in_process(work, args.device)
+
+
+def in_process(work, device: str):
+    """--no-isolate: each job in this process, between the same integrity checks as in a worker
+    (oracle.compare.tamper; code a target's module ran when it was imported, before the run, is not
+    seen: isolation is what keeps a target out of the judging process)."""
+    from . import tamper
     from .driver import run_job
-    return (run_job(target, case.name, seed, case.steps, args.device, getattr(case, "pattern", None))
-            for target, case, seed in work)
+    from .isolate import error_result
+    clean = tamper.snapshot()
+    for target, case, seed in work:
+        tamper.settle(clean)
+        result = run_job(target, case.name, seed, case.steps, device, getattr(case, "pattern", None))
+        changes = tamper.changed(clean)
+        if changes:
+            tamper.settle(clean)
+            result = error_result(target.name, target.optimizer, case.name, seed, case.steps, tamper.reason(changes))
+        yield result
 
 
 @contextlib.contextmanager

@@ -491,9 +491,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.probe_timeout:
         watch_probes(args.probe_timeout)
+    from . import run, tamper  # noqa: F401 - loaded before the snapshot, as in a worker
     from .targets.declare import ENV
     from .targets.user import declared_axes, load_impl, resolve
     os.environ.pop(ENV, None)  # judge it afresh, not as an earlier inference left it
+    clean = tamper.snapshot()  # before the target's module is imported
     try:
         if ":" in args.target:
             target = load_impl(args.target, optimizer=args.optimizer, inferred=False)
@@ -505,6 +507,10 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     inf = infer(target, args.device, args.seed, declared=declared)
+    changes = tamper.changed(clean)
+    if changes:  # its probes ran against what it changed: no inference is worth reporting
+        print(f"error: {tamper.reason(changes)}", file=sys.stderr)
+        return 4
     print(json.dumps(inf.to_json(), indent=1) if args.json else "\n".join(inf.lines()))
     return 0 if inf.chosen is not None else 1
 

@@ -77,20 +77,37 @@ def _worker(conn, parent_pid: int) -> None:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # already fixed (something ran in parallel)
         pass
-    from . import run, scenarios  # noqa: F401 - imported before "ready" so limits time the work only
+    from . import run, scenarios, tamper  # noqa: F401 - imported before "ready" so limits time the work only
+    clean = tamper.snapshot()  # before any target code ran in this process
     conn.send(("ready", {"import_s": time.perf_counter() - t0, "pid": os.getpid()}))
     while True:
         job = conn.recv()
         if job is None:
             return
         name, optimizer, case_name, seed, steps, device, pattern = job
-        try:
-            target = resolve_target(name, optimizer)
-            _set_threads(max(1, getattr(target, "threads", 1) or 1))
-            result = run_job(target, case_name, seed, steps, device, pattern)
-        except Exception as exc:  # noqa: BLE001 - reported as the case's error row
-            result = error_result(name, optimizer, case_name, seed, steps, f"{type(exc).__name__}: {exc}")
-        conn.send(("result", result))
+        result, changes = judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern)
+        # retired after a job that changed it: the rest runs in a fresh worker, as under any --jobs
+        conn.send(("retired" if changes else "result", result))
+        if changes:
+            return
+
+
+def judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern):
+    """(result, what the target changed in this process): one job between two integrity checks
+    (oracle.compare.tamper); a job that changed anything is an error row, its changes undone."""
+    from . import tamper
+    tamper.settle(clean)
+    try:
+        target = resolve_target(name, optimizer)
+        _set_threads(max(1, getattr(target, "threads", 1) or 1))
+        result = run_job(target, case_name, seed, steps, device, pattern)
+    except Exception as exc:  # noqa: BLE001 - reported as the case's error row
+        result = error_result(name, optimizer, case_name, seed, steps, f"{type(exc).__name__}: {exc}")
+    changes = tamper.changed(clean)
+    if changes:
+        tamper.settle(clean)
+        result = error_result(name, optimizer, case_name, seed, steps, tamper.reason(changes))
+    return result, changes
 
 
 def error_result(target, optimizer, case_name, seed, steps, reason):
@@ -271,9 +288,11 @@ class Pool:
             self.start_failures.clear()
             self.stats["spawn_s"].append(time.monotonic() - w.started)
             self.stats["import_s"].append(payload.get("import_s", 0.0))
-        elif kind == "result" and w.job is not None:
+        elif kind in ("result", "retired") and w.job is not None:
             self.results[w.job[0]] = payload
             w.job = None
+            if kind == "retired":
+                self._retire(w)
 
     def _lost(self, w: Worker, why: str, work) -> None:
         """The worker is gone (or being killed): its job, if any, becomes an error row."""
