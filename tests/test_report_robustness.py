@@ -21,7 +21,10 @@ def cli(*args, **kw):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
-def test_ctrl_c_writes_the_finished_cases_marked_incomplete(tmp_path):
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupt_writes_the_finished_cases_marked_incomplete(tmp_path, how):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) and SIGTERM to the CLI alone
+    (what a CI runner sends when a job is cancelled) both keep every finished case; 130 and 143."""
     proc = cli("--optimizer", "adamw", "--target", "torch.adamw.forloop", "--scenario", "none",
                "--report-dir", str(tmp_path), start_new_session=True)
     deadline = time.monotonic() + 240
@@ -29,9 +32,15 @@ def test_ctrl_c_writes_the_finished_cases_marked_incomplete(tmp_path):
     while "[3/" not in seen and time.monotonic() < deadline:  # progress lines go to stderr
         seen += proc.stderr.readline()
     assert "[3/" in seen, seen
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    assert proc.returncode == (130 if how == "ctrl-c" else 143), err
+    assert "Traceback" not in err
+    if how == "sigterm":
+        assert "terminated (SIGTERM): writing the cases finished so far" in err
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["complete"] is False
     assert 3 <= len(doc["results"]) < 27 and all(r["status"] == "pass" for r in doc["results"])

@@ -350,18 +350,53 @@ def in_process(work, device: str):
         yield result
 
 
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what a CI runner sends when a job is cancelled): handled exactly as Ctrl-C, so the
+    finished cases are written (report marked incomplete); the exit status is 143, not 130."""
+
+
+_TERMINATED: list = []  # set by the SIGTERM handler of this process's current main() call
+
+
+def _on_sigterm(signum, frame):
+    _TERMINATED.append(signum)
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _TERMINATED.clear()
+    old = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 @contextlib.contextmanager
 def deferred_sigint():
-    """Ctrl-C is held back (and counted) while the report is written, so it is written whole."""
+    """Ctrl-C and SIGTERM are held back (and counted) while the report is written, so it is written whole."""
     hits: list = []
     if threading.current_thread() is not threading.main_thread():
         yield hits
         return
-    old = signal.signal(signal.SIGINT, lambda *_: hits.append(1))
+
+    def hold(signum, frame):
+        hits.append(signum)
+        if signum == signal.SIGTERM:
+            _TERMINATED.append(signum)
+    old = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield hits
     finally:
-        signal.signal(signal.SIGINT, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def main(argv=None) -> int:
@@ -380,13 +415,15 @@ def main(argv=None) -> int:
         # left by an earlier run in this process (tests, notebooks calling main) must
         # not judge this one, least of all under --no-infer. (Imported in here: it
         # imports torch, and a Ctrl-C during that import is handled below.)
-        from .targets.declare import ENV as env
-        outer = os.environ.pop(env, None)
-        return _main(argv)
+        with sigterm_as_interrupt():
+            from .targets.declare import ENV as env
+            outer = os.environ.pop(env, None)
+            code = _main(argv)
+        return EXIT_TERMINATED if code == EXIT_INTERRUPTED and _TERMINATED else code
     except KeyboardInterrupt:  # before any case ran (importing torch, planning): nothing to keep
         print("interrupted before any case finished: no report written (the previous one is left as it was)",
               file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if _TERMINATED else EXIT_INTERRUPTED
     finally:
         if env is not None:
             os.environ.pop(env, None)
@@ -463,7 +500,8 @@ def _main(argv) -> int:
                 results += got
                 where += [positions[i]] * len(got)
                 finished += 1
-        stopped = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}; stopped"
+        stopped = ("terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+                   if isinstance(exc, KeyboardInterrupt) else f"error: {exc}; stopped")
         if not finished:
             lock.release()
             print(f"{stopped} before any case finished: no report written (the previous one is left as it was)",
