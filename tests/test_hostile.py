@@ -105,12 +105,25 @@ ONE_CASE = ["--optimizer", "adamw", "--case", CASE, "--scenario", "none", "--qui
     (["--memory-limit", "nan"], "--memory-limit must be a positive number of megabytes"),
     (["--shard", "5/4"], "--shard 5/4: K must be between 1 and N"),
     (["--shard", "half"], "--shard expects K/N"),
+    (["--timeout", "1e10"], "--timeout must be at most 604800 s (a week) per case, got 1e+10"),
+    (["--case", "adamw/fp33/*"], "--case 'adamw/fp33/*' matches no case of adamw (case names look like "),
+    (["--junit-xml", "/"], "--junit-xml '/' is a folder; name a file"),
+    (["--junit-xml", "/nonexistent-folder/run.xml"], "--junit-xml '/nonexistent-folder/run.xml': its folder "
+                                                     "/nonexistent-folder does not exist"),
 ], ids=lambda x: x if isinstance(x, str) else " ".join(x))
 def test_bad_option_values_are_usage_errors(tmp_path, args, message):
     folder = previous_report(tmp_path / "rep")
     code, err = cli(tmp_path, *ONE_CASE, *args, report_dir=folder)
     assert code == 2, err
     assert f"error: {message}" in err and "Traceback" not in err
+    assert intact(folder)
+
+
+@pytest.mark.parametrize("name", ["report.json", "manifest.json", ".pending.json"])
+def test_junit_xml_that_would_replace_a_report_file(tmp_path, name):
+    folder = previous_report(tmp_path / "rep")
+    code, err = cli(tmp_path, *ONE_CASE, "--junit-xml", str(folder / name), report_dir=folder)
+    assert code == 2 and "is one of the report's own files in --report-dir" in err, err
     assert intact(folder)
 
 

@@ -27,6 +27,7 @@ from .driver import SCENARIO_PREFIX
 from .checks import FAILING
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+MAX_TIMEOUT = 7 * 24 * 3600.0
 DEFAULT_OPTIMIZER = "adamw"
 
 
@@ -194,6 +195,8 @@ def parse(argv):
                             else ""))
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    if args.timeout > MAX_TIMEOUT:  # a larger one overflows the clocks it is added to, after the work
+        raise UsageError(f"--timeout must be at most {MAX_TIMEOUT:g} s (a week) per case, got {args.timeout:g}")
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
     bad_seeds = [s for s in args.seed or [] if s < 0]
@@ -246,9 +249,23 @@ def plan(args, optimizers):
             skipped.append((target, reason))
             continue
         work += jobs_for(target, dtypes, args.steps, args.seed or [0], args.case, scenarios, matrix)
-    if args.case and not work and not skipped:
-        raise UsageError(f"no case matches {args.case!r}")
+    if args.case and not work:
+        check_case_pattern(args.case, optimizers, dtypes, args.steps, scenarios)
     return work, skipped
+
+
+def check_case_pattern(pattern: str, optimizers, dtypes, steps: int, scenarios) -> None:
+    """A --case that matches no case of the selected optimizers (in any target, available or not) is a
+    usage error saying so, not "every target is unavailable"."""
+    import fnmatch
+    from . import cases as C
+    if any(C.cases(o, dtypes, steps, pattern) for o in optimizers):
+        return
+    if any(fnmatch.fnmatch(f"scenario:{s}", pattern) or pattern in f"scenario:{s}" for s in scenarios or ()):
+        return
+    example = next((c.name for o in optimizers for c in C.cases(o, dtypes, steps)), "adamw/fp32/wd0.1/single/normal")
+    raise UsageError(f"--case {pattern!r} matches no case of {', '.join(optimizers)} "
+                     f"(case names look like {example}; --list prints them)")
 
 
 def skipped_target(target, reason: str, args):
@@ -260,6 +277,30 @@ def skipped_target(target, reason: str, args):
 IMPORT_TIMEOUT = 120.0  # an --impl module's trial import (capped by --timeout)
 REPORT_PROBE_BYTES = 1 << 20  # a report dir must take a write of this size before anything runs
 REPORT_MIN_FREE = 64 << 20    # and its disk must have this much room left
+
+
+def check_junit_path(path: str, report_dir: str) -> None:
+    """Refuse a --junit-xml that would fail or do harm at the end: empty, not encodable, a folder, in a
+    folder that does not exist or cannot be written, or one of the report folder's own files (it would
+    replace the report with XML)."""
+    from .publish import JOURNAL, LOCK, MANIFEST
+    if not path:
+        raise UsageError("--junit-xml is empty; name a file")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"--junit-xml {path!r} is not UTF-8 encodable") from None
+    if os.path.isdir(path):
+        raise UsageError(f"--junit-xml {path!r} is a folder; name a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    ours = {"report.json", "report.md", "report.html", MANIFEST, JOURNAL, LOCK}
+    if os.path.realpath(folder) == os.path.realpath(report_dir) and (
+            os.path.basename(path) in ours or os.path.basename(path).startswith(".")):
+        raise UsageError(f"--junit-xml {path!r} is one of the report's own files in --report-dir; name another")
+    if not os.path.isdir(folder):
+        raise UsageError(f"--junit-xml {path!r}: its folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--junit-xml {path!r}: its folder {folder} is not writable")
 
 
 def check_report_dir(path: str) -> None:
@@ -437,6 +478,8 @@ def _main(argv) -> int:
         args, optimizers = parse(argv)
         if not args.list:
             check_report_dir(args.report_dir)
+            if args.junit_xml is not None:
+                check_junit_path(args.junit_xml, args.report_dir)
         work, skipped = plan(args, optimizers)
         judge = Judge.from_option(args.known, args.device)
     except (UsageError, KnownFileError) as exc:
