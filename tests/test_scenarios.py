@@ -262,3 +262,13 @@ def test_long_horizon_catches_a_counter_kept_in_the_param_dtype():
     assert {"counters@256/bf16", "counters@2048/fp16"} <= failing
     f = r.checks["counters@256/bf16"].findings[0]
     assert f.got == 256 and f.expected == 257
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_long_horizon_on_fp16_params_raises_eps_as_the_matrix_does(seed):
+    """eps = 1e-8 is 0 in fp16: the scenario's fp16 horizons once drove a param to -inf at seed 2 for
+    every optimizer with an eps; they now take the fp16 policy's eps, as the matrix's fp16 rows do."""
+    for name in ("torch.adamw.forloop", "torch.adagrad.forloop"):
+        r = S.run_long_horizon(TORCH[name], "cpu", seed)
+        assert r.status == "pass", (name, r.reason)
+        assert any(k.endswith("/fp16") for k in r.checks), sorted(r.checks)
