@@ -302,3 +302,14 @@ def test_a_clean_run_leaves_nothing(tmp_path):
     code, err = cli(tmp_path, *ONE_CASE, "--target", "torch.adamw.forloop", "--jobs", "2", report_dir=tmp_path / "rep")
     assert code == 0, err
     assert not list((tmp_path / "tmp").iterdir())
+
+
+@pytest.mark.parametrize("impl", ["NewSessionAdamW", "DaemonAdamW"])
+def test_processes_a_target_starts_in_new_sessions_die_with_its_job(tmp_path, impl):
+    """A child started with start_new_session=True, or a double-forked daemon holding the inherited
+    pipes, leaves the worker's process group; it still dies with the job (its environment's tag), and
+    the inference, whose pipes the daemon holds, is not stalled until its timeout."""
+    # a stalled inference would wait out its budget, 10 x --timeout = 1200 s, past cli()'s 300 s limit
+    code, err = cli(tmp_path, *ONE_CASE, "--impl", f"tests.broken.escaping:{impl}", "--timeout", "120",
+                    report_dir=tmp_path / "rep")
+    assert code == 0, err

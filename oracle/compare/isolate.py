@@ -103,6 +103,7 @@ def judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern):
         result = run_job(target, case_name, seed, steps, device, pattern)
     except Exception as exc:  # noqa: BLE001 - reported as the case's error row
         result = error_result(name, optimizer, case_name, seed, steps, f"{type(exc).__name__}: {exc}")
+    procs.kill_escaped()  # a new session or a daemon the job left behind dies with the job
     changes = tamper.changed(clean)
     if changes:
         tamper.settle(clean)
@@ -156,7 +157,11 @@ class Worker:
                                 name=f"oracle-worker-{index}")
         self.started = time.monotonic()
         self.startup_deadline = self.started + startup_timeout
-        with _PatchedEnv({**THREAD_ENV, "TMPDIR": self.tmp}):
+        self.tag = procs.new_tag()  # every descendant inherits it: kill() finds escapees by it
+        # the spawn context's resource tracker is this process's, started here so it is not tagged
+        from multiprocessing import resource_tracker
+        resource_tracker.ensure_running()
+        with _PatchedEnv({**THREAD_ENV, "TMPDIR": self.tmp, procs.TAG_ENV: self.tag}):
             self.proc.start()
         child.close()
         self.ready = False
@@ -177,6 +182,7 @@ class Worker:
 
     def kill(self) -> None:
         procs.kill_group(self.proc.pid)
+        procs.kill_tagged(self.tag)  # new sessions and daemons its targets left, which the group misses
         self.proc.join(5)
         procs.remove_tmp(self.tmp)
         self.conn.close()

@@ -9,6 +9,15 @@ own (`own_group()`), killed whole (`kill_group`) on timeout, interrupt and
 exit. Each worker also gets a private temporary folder (TMPDIR) that the
 parent removes when the worker ends; `sweep_stale_tmp()` removes the folders
 of CLI processes that no longer exist (one killed with SIGKILL could not).
+
+A process group does not hold a target's escapees: a child started with
+start_new_session=True, or a double-forked daemon, leaves it. So every process
+the engine starts carries a tag in its environment (TAG_ENV, one per worker or
+child interpreter), which every descendant inherits whatever its session or
+parent; `kill_tagged(tag)` kills them all (Linux /proc). A worker kills its
+escapees after every job (`kill_escaped`), its parent kills every tagged
+process when the worker ends, and `run_child` when its child exits (a daemon
+holding the child's stdout would otherwise stall the read until the timeout).
 """
 from __future__ import annotations
 
@@ -26,6 +35,81 @@ import time
 PR_SET_PDEATHSIG = 1
 TMP_PREFIX = "oracle-worker-"
 LAUNCHER_ENV = "ORACLE_RANK_PARENT"  # a process started with this set dies with the process of this pid
+TAG_ENV = "ORACLE_PROCESS_TAG"       # inherited by every descendant: kill_tagged finds them all
+
+
+def new_tag() -> str:
+    import uuid
+    return uuid.uuid4().hex
+
+
+def _proc_pids() -> list[int]:
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+
+
+def tagged(tag: str) -> list[int]:
+    """Pids of the live processes whose environment carries TAG_ENV=tag (this one excluded)."""
+    needle = f"{TAG_ENV}={tag}".encode()
+    out = []
+    for pid in _proc_pids():
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            out.append(pid)
+    return out
+
+
+def kill_tagged(tag: str | None, keep=lambda pid: False) -> list[int]:
+    """SIGKILL every process carrying the tag (except this one and those `keep` accepts); the pids killed."""
+    if not tag:
+        return []
+    killed = []
+    for pid in tagged(tag):
+        if keep(pid):
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, session id) of a live process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return int(fields[1]), int(fields[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def kill_escaped() -> list[int]:
+    """In a worker, after a job: kill the processes carrying this process's tag that left it, a new
+    session or an orphan no longer under this process (a daemon). Children still under it, in its
+    session (torch's compile workers), are its own and stay."""
+    tag = os.environ.get(TAG_ENV)
+    me, session = os.getpid(), os.getsid(0)
+
+    def ours(pid):
+        seen = set()
+        while pid not in seen:
+            seen.add(pid)
+            st = _stat(pid)
+            if st is None or st[1] != session:
+                return False
+            if st[0] == me:
+                return True
+            pid = st[0]
+        return False
+    return kill_tagged(tag, keep=ours)
 
 
 def die_with_launcher() -> None:
@@ -77,7 +161,8 @@ def run_child(argv: list, timeout: float, env: dict | None = None,
     its whole group killed on timeout (subprocess.TimeoutExpired is raised after), when
     its resident memory with its children passes `memory_limit_mb` (MemoryLimitExceeded),
     on interrupt or any other way out of here. stdout and stderr come back as text."""
-    env = {**(os.environ if env is None else env), LAUNCHER_ENV: str(os.getpid())}
+    tag = new_tag()
+    env = {**(os.environ if env is None else env), LAUNCHER_ENV: str(os.getpid()), TAG_ENV: tag}
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
     deadline = time.monotonic() + timeout
@@ -86,17 +171,21 @@ def run_child(argv: list, timeout: float, env: dict | None = None,
             left = deadline - time.monotonic()
             try:
                 # communicate may be called again after its timeout: output read so far is kept
-                out, err = proc.communicate(timeout=min(left, MEMORY_POLL_S) if memory_limit_mb else left)
+                out, err = proc.communicate(timeout=max(0.0, min(left, MEMORY_POLL_S)))
                 break
             except subprocess.TimeoutExpired:
-                if not memory_limit_mb or time.monotonic() >= deadline:
+                if time.monotonic() >= deadline:
                     raise
-            rss = tree_rss_mb([proc.pid]).get(proc.pid, 0.0)
-            if rss > memory_limit_mb:
+            if proc.poll() is not None:  # it ended; what still holds its pipes is a descendant left behind
+                kill_tagged(tag)
+                continue
+            rss = tree_rss_mb([proc.pid]).get(proc.pid, 0.0) if memory_limit_mb else 0.0
+            if memory_limit_mb and rss > memory_limit_mb:
                 raise MemoryLimitExceeded(f"exceeded the memory limit of {memory_limit_mb:g} MB "
                                           f"(resident {rss:.0f} MB)")
     finally:
         kill_group(proc.pid)
+        kill_tagged(tag)
         proc.wait()
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
