@@ -5,12 +5,15 @@
 
 runs the comparison engine's cases (lockstep, trajectory, counters, schema, checkpoint round-trip;
 oracle.compare.run) against `MyAdamW` in this process and raises AssertionError whose message is one
-line per failing case, the same line `python -m oracle.compare` prints:
+paragraph: the most severe failing case's line as `python -m oracle.compare` prints it, its repro
+command, what convention inference concluded (the CLI's lines), then the other failing cases by name:
 
+    1 of 1 oracle case(s) failed; the most severe:
     FAIL impl:mypkg.optim:MyAdamW adamw/fp32/wd0.1/single/normal seed=0: lockstep step 1 group 0
     param 0 param[6, 11]: expected -0.0052545819, got -0.00269594975, error 5.49e+06 ULP > bound
     39.6 ULP (128 of 128 elements out of bound); also failing: trajectory
       reproduce: python -m oracle.compare --impl mypkg.optim:MyAdamW --optimizer adamw --case ...
+    impl:mypkg.optim:MyAdamW: NO known convention explains it; judged against the nearest, ...
 
 `factory` is a torch.optim.Optimizer subclass, or a callable with its constructor signature
 (params, **hyperparameters); conventions it differs on by design are declared as class attributes
@@ -87,14 +90,13 @@ def case_names(optimizer: str, dtypes=None, cases=None, steps: int = 20) -> list
     return names
 
 
-_INFERRED: dict = {}  # (factory, optimizer, dtypes, device) -> Candidate or None: one inference per test session
+_INFERRED: dict = {}  # (factory, optimizer, dtypes, device) -> Inference or None: one inference per test session
+OTHER_FAILURES = 5    # failing cases a failure message names after the most severe one
 
 
-def target_for(factory, optimizer: str | None = None, convention=None, infer: bool = True, dtypes=None,
-               device: str = "cpu"):
-    """The comparison engine's Target for a factory (oracle.compare.targets.user.from_object); what the
-    factory does not declare is inferred first (oracle.compare.infer), as the CLI does, unless infer=False."""
-    from oracle.compare.targets.declare import apply
+def _judged(factory, optimizer, convention, infer: bool, dtypes, device: str) -> tuple:
+    """(the Target, the inference's lines as the CLI prints them, [] where nothing was inferred)."""
+    from oracle.compare.targets.declare import judged_as
     from oracle.compare.targets.user import declared_axes, from_object
     spec, _ = _name(factory)
     if optimizer is None and getattr(factory, "ORACLE_OPTIMIZER", None) is None:
@@ -102,22 +104,33 @@ def target_for(factory, optimizer: str | None = None, convention=None, infer: bo
                          f"'lamb', ...) or set ORACLE_OPTIMIZER on the class")
     target = from_object(factory, spec, optimizer, convention, inferred=False)
     if not (infer and target.infer):
-        return target
+        return target, []
     key = (factory, target.optimizer, tuple(dtypes or ()), device)
     if key not in _INFERRED:
         from oracle.compare.infer import infer as fingerprint
-        _INFERRED[key] = fingerprint(target, device, declared=declared_axes(factory), dtypes=dtypes).used
-    return apply(target, _INFERRED[key]) if _INFERRED[key] is not None else target
+        _INFERRED[key] = fingerprint(target, device, declared=declared_axes(factory), dtypes=dtypes)
+    found = _INFERRED[key]
+    if found.used is None:
+        return target, found.lines()
+    from oracle.compare.targets.declare import Candidate
+    # through the report's record of it, as the CLI's workers receive it (a nearest one is not explained)
+    return judged_as(target, Candidate.from_json(found.to_json()["candidate"])), found.lines()
 
 
-def check_optimizer(factory, optimizer: str | None = None, dtypes=None, cases=None, scenarios=None,
-                    steps: int = 20, seeds=(0,), device: str = "cpu", convention=None, infer: bool = True) -> list:
-    """Run the selected cases (and scenarios) against `factory` here; the CaseResults, in order."""
+def target_for(factory, optimizer: str | None = None, convention=None, infer: bool = True, dtypes=None,
+               device: str = "cpu"):
+    """The comparison engine's Target for a factory (oracle.compare.targets.user.from_object); what the
+    factory does not declare is inferred first (oracle.compare.infer), as the CLI does, unless infer=False."""
+    return _judged(factory, optimizer, convention, infer, dtypes, device)[0]
+
+
+def _checked(factory, optimizer, dtypes, cases, scenarios, steps, seeds, device, convention, infer) -> tuple:
+    """(the CaseResults in order, the inference's lines)."""
     from oracle.compare.driver import jobs_for, rows, run_job
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         # zero steps would compare nothing and pass an optimizer that writes NaN
         raise ValueError(f"steps must be an integer >= 1 (optimizer steps compared per case), got {steps!r}")
-    target = target_for(factory, optimizer, convention, infer, _dtypes(dtypes), device)
+    target, explanation = _judged(factory, optimizer, convention, infer, _dtypes(dtypes), device)
     spec, importable = _name(factory)
     chosen = _scenarios(scenarios)
     matrix = cases != [] and (cases is not None or not chosen)  # like the CLI: naming scenarios runs only those
@@ -132,33 +145,53 @@ def check_optimizer(factory, optimizer: str | None = None, dtypes=None, cases=No
                 r.repro = (f"oracle.testing.assert_optimizer_matches({spec.split(':')[1]}, optimizer="
                            f"{target.optimizer!r}, cases=[{r.case!r}], seeds=[{seed}], steps={steps})")
             results.append(r)
-    return results
+    return results, explanation
 
 
-def failure_message(results, device: str = "cpu") -> str:
-    """The failure lines of the failing results, each with its repro command ('' when none failed)."""
-    from oracle.compare.explain import failure_line
+def check_optimizer(factory, optimizer: str | None = None, dtypes=None, cases=None, scenarios=None,
+                    steps: int = 20, seeds=(0,), device: str = "cpu", convention=None, infer: bool = True) -> list:
+    """Run the selected cases (and scenarios) against `factory` here; the CaseResults, in order."""
+    return _checked(factory, optimizer, dtypes, cases, scenarios, steps, seeds, device, convention, infer)[0]
+
+
+def failure_message(results, device: str = "cpu", explanation=()) -> str:
+    """One paragraph for a person fixing the optimizer ('' when nothing failed): the most severe failing
+    case's failure line (as `python -m oracle.compare` prints it) and its repro command, what inference
+    concluded about the form (`explanation`: the CLI's lines), then the other failing cases by name."""
+    from oracle.compare.explain import failing_checks, failure_line, most_severe_first
     from oracle.compare.report import repro_command
-    bad = [r for r in results if r.status in FAILING]
-    return "\n".join(f"{failure_line(r)}\n  reproduce: {repro_command(r, device)}" for r in bad)
+    bad = most_severe_first(r for r in results if r.status in FAILING)
+    if not bad:
+        return ""
+    first, rest = bad[0], bad[1:]
+    out = [f"{len(bad)} of {len(results)} oracle case(s) failed; the most severe:",
+           failure_line(first), f"  reproduce: {repro_command(first, device)}", *explanation]
+    if rest:
+        named = [f"{r.case} seed={r.seed} ({', '.join(n for n, _ in failing_checks(r)) or r.status})"
+                 for r in rest[:OTHER_FAILURES]]
+        more = f"; and {len(rest) - OTHER_FAILURES} more" if len(rest) > OTHER_FAILURES else ""
+        out.append(f"also failing: {'; '.join(named)}{more}")
+    return "\n".join(out)
 
 
 def assert_optimizer_matches(factory, optimizer: str | None = None, dtypes=None, cases=None, scenarios=None,
                              steps: int = 20, seeds=(0,), device: str = "cpu", convention=None,
                              infer: bool = True) -> list:
-    """Raise AssertionError (one failure line per failing case) unless `factory` matches the oracle on
-    every selected case; also when every case was skipped (nothing checked is not a pass). Returns
-    the CaseResults.
+    """Raise AssertionError (one paragraph: the most severe failing case, its repro command, the
+    inferred or nearest form, the other failing cases) unless `factory` matches the oracle on every
+    selected case; also when every case was skipped (nothing checked is not a pass). Returns the
+    CaseResults.
 
     optimizer: the oracle's name (adamw, adam, adagrad, lamb, ...); dtypes: param dtypes (default
     float32, bfloat16, float16); cases: None (all), a glob/substring or a list of case names;
     scenarios: names from oracle.compare.scenarios ("all"), default none; infer: what the factory does
     not declare (ORACLE_*) is inferred first (oracle.compare.infer; once per factory and session)."""
-    results = check_optimizer(factory, optimizer, dtypes, cases, scenarios, steps, seeds, device, convention, infer)
-    message = failure_message(results, device)
+    __tracebackhide__ = True  # pytest: the failure is the caller's line and this message, not our source
+    results, explanation = _checked(factory, optimizer, dtypes, cases, scenarios, steps, seeds, device,
+                                    convention, infer)
+    message = failure_message(results, device, explanation)
     if message:
-        n = sum(r.status in FAILING for r in results)
-        raise AssertionError(f"{n} of {len(results)} oracle case(s) failed:\n{message}")
+        raise AssertionError(message)
     if not any(r.status == "pass" for r in results):
         reasons = sorted({r.reason for r in results})
         raise AssertionError(f"nothing was checked: every selected case was skipped ({'; '.join(reasons)})")
@@ -182,11 +215,12 @@ class OracleCase:
         return self.name if self.seed == 0 else f"{self.name}[seed={self.seed}]"
 
     def check(self, factory, convention=None) -> None:
-        kind = {"scenarios": [self.name.split(":", 1)[1]], "cases": []} if self.name.startswith("scenario:") \
-            else {"cases": [self.name]}
-        results = check_optimizer(factory, self.optimizer, steps=self.steps, seeds=(self.seed,), device=self.device,
-                                  convention=convention, **kind)
-        message = failure_message(results, self.device)
+        __tracebackhide__ = True
+        scenario = self.name.split(":", 1)[1] if self.name.startswith("scenario:") else None
+        cases, scenarios = ([], [scenario]) if scenario else ([self.name], None)
+        results, explanation = _checked(factory, self.optimizer, None, cases, scenarios, self.steps,
+                                        (self.seed,), self.device, convention, True)
+        message = failure_message(results, self.device, explanation)
         if message:
             raise AssertionError(message)
         if results and all(r.status == "skip" for r in results):

@@ -99,6 +99,9 @@ def deviation_text(optimizer: str, conv) -> str:
     return forms.describe(oracle.SPECS[optimizer], conv)
 
 
+SEPARATING_SHOWN = 3  # probes a person reads first; report.json's "inferred" keeps them all
+
+
 def lines(d: dict) -> list[str]:
     """An inference (as report.json records it) for a person: the convention and how to declare it, or
     the nearest convention and the probes that separate it."""
@@ -116,9 +119,9 @@ def lines(d: dict) -> list[str]:
         return [f"{d['target']}: no candidate convention could be tried"]
     out = [f"{d['target']}: NO known convention explains it; judged against the nearest, {d['label']}, "
            f"which these probes separate from it:"]
-    out += [f"    {p['probe']}: {p['finding']}" for p in d["separating"][:5]]
-    if len(d["separating"]) > 5:
-        out.append(f"    ... and {len(d['separating']) - 5} more")
+    out += [f"    {p['probe']}: {p['finding']}" for p in d["separating"][:SEPARATING_SHOWN]]
+    if len(d["separating"]) > SEPARATING_SHOWN:
+        out.append(f"    ... and {len(d['separating']) - SEPARATING_SHOWN} more (report.json: inferred)")
     return out
 
 

@@ -108,10 +108,13 @@ def with_inferred(target):
     """The target as this run judges it: with the convention inferred for it, where one was (and,
     where none explains it, the nearest one, its rows marked unexplained: oracle.compare.deviation)."""
     cand = imported(target.name) if target.infer else None
-    if cand is None:
-        return target
+    return target if cand is None else judged_as(target, cand)
+
+
+def judged_as(target, cand: Candidate):
+    """`apply`, and a nearest convention (not explained) marks the target's failing rows unexplained."""
     judged = apply(target, cand)
     return judged if cand.explained else replace(judged, unexplained=cand.label())
 
 
-__all__ = ["with_inferred", "ENV", "JUDGED", "Candidate", "apply", "declaration", "export", "imported"]
+__all__ = ["with_inferred", "judged_as", "ENV", "JUDGED", "Candidate", "apply", "declaration", "export", "imported"]
