@@ -7,6 +7,8 @@ under tox -e gpu (pytest -m gpu).
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -110,8 +112,21 @@ def test_gate_exit_status_follows_the_matrix(gate, tmp_path, monkeypatch):
                    "--report-dir", str(tmp_path), "--quiet", "--jobs", "1"]) == 0
     text = (tmp_path / "kill_matrix.md").read_text()
     assert "TE1986EmptyGroupCounter" in text and "TransformerEngine #1986" in text
-    assert K.main(["--only", "BNB1185ContiguousGrads", "--scenarios", "none", "--no-report", "--quiet",
+    # a selection without --report-dir writes nowhere (it once rewrote the committed kill matrix)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert K.main(["--only", "BNB1185ContiguousGrads", "--scenarios", "none", "--quiet",
                    "--jobs", "1"]) == 1  # the matrix alone has no non-contiguous grads
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_only_the_whole_gate_writes_the_committed_kill_matrix():
+    args = K.parser().parse_args
+    assert K.default_report_dir(args([])) == os.path.join("reports", "mutants")
+    assert K.default_report_dir(args(["--undeclared"])) == os.path.join("reports", "mutants", "undeclared")
+    for selection in (["--only", "TE*"], ["--scenarios", "none"], ["--seed", "1"], ["--steps", "5"]):
+        assert K.default_report_dir(args(selection)) is None, selection
 
 
 @pytest.mark.slow

@@ -380,7 +380,10 @@ def parser():
     p.add_argument("--scenarios", default="default",
                    help="'default' (all but rank_skew), 'all', 'none', or a comma-separated list")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    p.add_argument("--report-dir", default=os.path.join("reports", "mutants"))
+    p.add_argument("--report-dir", default=None,
+                   help="where kill_matrix.{md,json} go; default: the committed reports/mutants (or "
+                        "reports/mutants/undeclared with --undeclared) for the whole gate only, nowhere for a "
+                        "selection (--only, --scenarios, --seed, --steps, --device)")
     p.add_argument("--no-report", action="store_true", help="print only; write no files")
     p.add_argument("--list", action="store_true", help="list the catalog and exit")
     p.add_argument("--undeclared", action="store_true",
@@ -388,6 +391,16 @@ def parser():
                         "first (oracle.compare.infer), as --impl does; a mutant inference explains is SURVIVED")
     p.add_argument("--quiet", action="store_true")
     return p
+
+
+def default_report_dir(args) -> str | None:
+    """The committed kill matrix's folder when this run is the whole gate, None for a selection: a
+    selection never rewrites a committed report."""
+    whole = (not args.only and args.scenarios == "default" and args.device == "cpu" and args.seed == 0
+             and args.steps == 20)
+    if not whole:
+        return None
+    return os.path.join("reports", "mutants", *(["undeclared"] if args.undeclared else []))
 
 
 def main(argv=None) -> int:
@@ -435,7 +448,13 @@ def main(argv=None) -> int:
           f"survived: {', '.join(s['survived']) or 'none'}; "
           f"{''.join(f'legitimate when undeclared: {n}; ' for n in s['legitimate_undeclared'])}false positives: {', '.join(s['false_positives']) or 'none'}; "
           f"{meta['seconds']} s")
-    if not args.no_report:
+    report_dir = args.report_dir or default_report_dir(args)
+    if args.no_report or report_dir is None:
+        if not args.no_report:
+            print("a selection: no files written (the committed kill matrix is the whole gate's); "
+                  "--report-dir DIR keeps them")
+    else:
+        args.report_dir = report_dir
         atomic_write(os.path.join(args.report_dir, "kill_matrix.json"),
                      json.dumps(to_json(rows, meta), indent=1, default=str))
         atomic_write(os.path.join(args.report_dir, "kill_matrix.md"), markdown(rows, meta))
