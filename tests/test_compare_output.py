@@ -192,3 +192,37 @@ def test_failure_line_for_exact_checks_and_errors():
     row = {"target": "t", "case": "c", "seed": 0, "status": "error", "reason": "RuntimeError: boom",
            "checks": {"error": {"passed": False, "note": "Traceback...\nRuntimeError: boom", "findings": []}}}
     assert explain.failure_line(row) == "ERROR t c seed=0: RuntimeError: boom (traceback in the report)"
+
+
+def test_one_set_of_counts_in_console_md_html_json_and_junit(tmp_path, capsys):
+    """A run with passing rows, a new failure, a known one and a target skipped as a whole: the counts
+    are the same numbers in every view, in the same units (rows; whole-target skips apart)."""
+    from html import escape
+
+    from oracle.compare.junit import SKIPPED_SUITE
+    from oracle.compare.summary import counts_text, run_counts
+    xml = tmp_path / "run.xml"
+    # irregular: the broken class fails (new), torch's CPU fused AdamW fails (known), forloop passes
+    code = run(tmp_path, "--impl", BROKEN, "--no-infer", "--target", "torch.adamw.fused", "--target",
+               "torch.adamw.forloop", "--target", "apex.fused_adam.adamw", "--optimizer", "adamw", "--scenario",
+               "irregular", "--junit-xml", str(xml), "--quiet")
+    out = capsys.readouterr().out
+    assert code == 1
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    c = doc["counts"]
+    assert c == run_counts(doc)
+    assert c["targets_skipped"] == 1 and c["pass"] >= 1 and c["new"] >= 1 and c["known"] >= 1 and c["rows"] == len(doc["results"]) - 1
+    assert c["failing"] == c["fail"] + c["error"] + c["deviation"] + c["unexplained"] == c["new"] + c["known"]
+    line = counts_text(c)
+    assert "; of the " in line and "1 target(s) skipped as a whole" in line
+    assert line in out
+    assert line in (tmp_path / "r" / "report.md").read_text()
+    assert escape(line, quote=True) in (tmp_path / "r" / "report.html").read_text()
+    root = ET.parse(xml).getroot()
+    suites = {s.get("name"): s for s in root.iter("testsuite")}
+    assert int(suites.pop(SKIPPED_SUITE).get("tests")) == c["targets_skipped"]
+    total = lambda k: sum(int(s.get(k)) for s in suites.values())  # noqa: E731
+    assert total("tests") == c["rows"]
+    assert total("failures") + total("errors") == c["new"] + c["fixed_entries"]
+    xfail = sum(1 for s in suites.values() for e in s.iter("skipped") if e.get("type") == "xfail")
+    assert xfail == c["known"] and total("skipped") == c["skip"] + c["known"]

@@ -119,6 +119,32 @@ def test_bad_option_values_are_usage_errors(tmp_path, args, message):
     assert intact(folder)
 
 
+INFERRED = {"target": "impl:tests.broken.adamw:OffByOneAdamW", "explained": True, "candidate": {"preset": "x"}}
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "is not a regular file"),
+    ({"results": []}, 'no "inferred" record (that run inferred nothing)'),
+    ({"inferred": [{"target": "impl:other:Adam", "explained": False, "candidate": None}]},
+     "no inference of impl:tests.broken.adamw:OffByOneAdamW there (it has impl:other:Adam)"),
+    ({"inferred": [INFERRED]}, "an unusable inference record (KeyError: "),
+    ({"inferred": ["junk"]}, "an unusable inference record (AttributeError: "),
+], ids=["dev-zero", "no-record", "other-target", "bad-candidate", "not-a-record"])
+def test_inferred_from_a_report_that_cannot_say(tmp_path, content, message):
+    """--inferred-from reads a report.json we did not write: every fault is exit 2 before any work."""
+    path = tmp_path / "report.json"
+    if content is None:
+        path = Path("/dev/zero")
+    else:
+        path.write_text(json.dumps(content))
+    folder = previous_report(tmp_path / "rep")
+    code, err = cli(tmp_path, "--impl", "tests.broken.adamw:OffByOneAdamW", *ONE_CASE, "--inferred-from", str(path),
+                    report_dir=folder)
+    assert code == 2, err
+    assert f"error: --inferred-from {path}" in err and message in err and "Traceback" not in err, err
+    assert "inferring the conventions" not in err and intact(folder)
+
+
 @pytest.mark.parametrize("name", ["report.json", "manifest.json", ".pending.json"])
 def test_junit_xml_that_would_replace_a_report_file(tmp_path, name):
     folder = previous_report(tmp_path / "rep")

@@ -87,7 +87,8 @@ def test_every_count_in_report_html_is_escaped():
     page = html.summary_table_html({"summary": [row]})
     assert "<script>" not in page and "&lt;script&gt;" in page and "<b>" not in page
     counts = dict.fromkeys(("new", "known", "known_entries", "fixed", "not_run", "not_applicable"), "<script>x")
-    page = html.known_html({"known": {"file": "k", "device": "cpu", "counts": counts, "entries": []}})
+    page = html.known_html({"results": [], "known": {"file": "k", "device": "cpu", "ok": True, "counts": counts,
+                                                     "entries": []}})
     assert "<script>" not in page
 
 

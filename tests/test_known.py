@@ -259,7 +259,8 @@ def test_known_defect_passes_and_is_named_first(tmp_path, capsys):
     first = out.splitlines()[:3]
     assert first[0].startswith("Known defects that apply here (torch ") and FUSED_ENTRY in first[1], first
     # two failing checks, both known: noncontiguous (FUSED_ENTRY) and bounds (the strided-writes entry)
-    assert f"KNOWN {FUSED_ENTRY}" in out and "0 new, 2 known, 0 fixed" in out
+    # counted in rows, as the failed rows are: one row, both its failing checks known
+    assert f"KNOWN {FUSED_ENTRY}" in out and "of the 1 failing row: 0 new, 1 known" in out
     section = doc["known"]
     assert section["ok"] and Path(section["file"]).resolve() == KNOWN_FILE
     [j] = [e for e in section["entries"] if e["id"] == FUSED_ENTRY]
@@ -301,7 +302,7 @@ def test_entry_that_no_longer_reproduces_fails_as_fixed(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 1, out
     assert "FIXED fabricated" in out and "fixed upstream? update or drop the entry" in out
-    assert "0 new, 0 known, 1 fixed" in out
+    assert "1 known entry fixed (no longer reproducing)" in out
     assert doc["known"]["entries"][0]["status"] == "fixed"
 
 
@@ -320,7 +321,7 @@ def test_new_defect_fails_and_is_listed_as_new(tmp_path, capsys):
                     "--dtype", "fp32", "--case", "adamw/fp32/wd0.1/single/normal", "--scenario", "none")
     out = capsys.readouterr().out
     assert code == 1, out
-    assert "NEW failures" in out and "NEW FAIL impl:oracle.mutants.catalog:FlagGems4988DecaySwapped" in out
+    assert "NEW failing checks" in out and "NEW FAIL impl:oracle.mutants.catalog:FlagGems4988DecaySwapped" in out
     assert doc["known"]["counts"]["new"] >= 1 and not doc["known"]["ok"]
 
 

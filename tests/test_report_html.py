@@ -36,9 +36,10 @@ def browse(tmp_path, url: str, *extra) -> subprocess.CompletedProcess:
 
 
 def plotted(doc):
-    """Failing and erroring rows with per-step data (an error row: the steps before the crash)."""
+    """Failing rows whose failing checks recorded per-step data: their plots are of those checks (an
+    error row's passing checks before the crash are not plotted)."""
     return [r for r in doc["results"] if r["status"] in ("fail", "error")
-            and any("series" in c for c in r["checks"].values())]
+            and any("series" in c for c in r["checks"].values() if not c.get("passed", True))]
 
 
 def test_html_is_one_self_contained_file(failing_report):
@@ -73,7 +74,7 @@ def test_committed_deepspeed_markdown_is_short():
     from oracle.compare.report import MD_FAILURES, markdown
     md = (ROOT / "reports" / "deepspeed" / "report.md").read_text()
     assert len(md) < 40_000 and md.count("\n") < 200, (len(md), md.count("\n"))
-    assert "**PASS** (0 new, " in md and "## New failures\n\nNone." in md
+    assert "**PASS**: " in md and ": 0 new, " in md and "## New failures\n\nNone." in md
     doc = json.loads((ROOT / "reports" / "deepspeed" / "report.json").read_text())
     failing = sum(r["status"] in ("fail", "error") for r in doc["results"])
     assert failing > 100
@@ -106,7 +107,7 @@ def test_rendered_dom(failing_report, tmp_path):
 
 def test_screenshot_shows_the_grid_in_colour(failing_report, tmp_path):
     """Screenshot level: the top of the page, as rendered, holds the grid's red failing cells and
-    green passing ones, and the plots further down are drawn (not blank)."""
+    green passing ones, and the plots further down (below the error rows, the most severe) are drawn."""
     import numpy as np
     from PIL import Image
     folder, _ = failing_report
@@ -120,8 +121,32 @@ def test_screenshot_shows_the_grid_in_colour(failing_report, tmp_path):
     assert red > 500 and green > 500, (red, green)
     assert len(np.unique(pixels, axis=0)) > 50  # text, table lines, colours: not a blank or error page
     tall = tmp_path / "open.png"
-    browse(tmp_path, (folder / "report.html").as_uri() + "#selftest", "--window-size=1280,3000",
+    browse(tmp_path, (folder / "report.html").as_uri() + "#selftest", "--window-size=1280,6000",
            "--virtual-time-budget=5000", f"--screenshot={tall}")
     lower = np.asarray(Image.open(tall).convert("RGB"))[900:].reshape(-1, 3)
     blues = sum(int(np.sum(np.all(lower == rgb, axis=1))) for rgb in ((31, 119, 180), (69, 117, 180)))  # plots
     assert blues > 300, blues
+
+
+def test_every_column_of_a_wide_grid_is_visible_at_1280_px(tmp_path):
+    """The committed DeepSpeed report (three dtypes and the scenarios: the widest grid we have), as
+    Chromium lays it out in a 1280 px window: every cell of the grid inside the window, no sideways
+    scrolling, and the failing (red) cells in the first screenful."""
+    import numpy as np
+    from PIL import Image
+    doc = json.loads((ROOT / "reports" / "deepspeed" / "report.json").read_text())
+    page = tmp_path / "report.html"
+    page.write_text(H.render(doc))
+    out = browse(tmp_path, page.as_uri() + "#selftest", "--window-size=1280,900", "--virtual-time-budget=5000",
+                 "--dump-dom")
+    m = re.search(r'<pre id="selftest-result">(.*?)</pre>', out.stdout, re.S)
+    assert m, out.stdout[-3000:]
+    got = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+    columns = {(r["dtype"], n) for r in doc["results"] for n in r.get("checks") or {}}
+    assert got["window_width"] == 1280 and len(columns) > 20, (got, len(columns))
+    assert got["failing_cells"] > 0 and got["grid_right"] <= 1280, got
+    assert got["page_width"] <= 1280, got
+    shot = tmp_path / "top.png"
+    browse(tmp_path, page.as_uri(), "--window-size=1280,900", f"--screenshot={shot}")
+    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
+    assert int(np.sum(np.all(pixels == FAIL_RED, axis=1))) > 200  # a failing cell, seen without scrolling

@@ -70,12 +70,20 @@ def test_repro_command_reproduces_the_row_bit_for_bit(tmp_path):
     # no form explains the off-by-one AdamW: its failing rows are "unexplained"
     rows = [r for r in json.loads((first / "report.json").read_text())["results"] if r["status"] == "unexplained"]
     assert rows
-    for row in rows[:1]:  # a sample: each repro runs in a fresh process (10 s a row)
-        again = tmp_path / f"again{rows.index(row)}"
-        args = shlex.split(row["repro"])[3:] + ["--report-dir", str(again), "--quiet"]
-        proc = cli(*args)
-        proc.communicate(timeout=600)
-        assert proc.returncode == 1
-        [rerun] = json.loads((again / "report.json").read_text())["results"]
-        assert rerun["case"] == row["case"] and rerun["seed"] == 3
-        assert rerun["checks"] == row["checks"]  # every finding: same element, same expected/got floats
+    row = rows[0]  # a sample: each repro runs in a fresh process (10 s a row)
+    # run as a person pastes it, in an empty folder: it writes a fresh temporary report folder (under
+    # TMPDIR), nothing where it is typed, and judges the target as the run inferred it (no inference)
+    here, scratch = tmp_path / "here", tmp_path / "scratch"
+    here.mkdir()
+    scratch.mkdir()
+    assert f"--inferred-from {first / 'report.json'}" in row["repro"]
+    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(["bash", "-c", row["repro"].replace("python", shlex.quote(sys.executable), 1)],
+                         cwd=here, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "inferring the conventions" not in out.stderr and "as " + str(first / "report.json") in out.stderr
+    assert list(here.iterdir()) == []
+    [again] = list(scratch.iterdir())
+    [rerun] = json.loads((again / "report.json").read_text())["results"]
+    assert rerun["case"] == row["case"] and rerun["seed"] == 3
+    assert rerun["checks"] == row["checks"]  # every finding: same element, same expected/got floats

@@ -24,7 +24,6 @@ import threading
 import time
 
 from .driver import SCENARIO_PREFIX
-from .checks import FAILING
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_TIMEOUT = 7 * 24 * 3600.0
@@ -50,6 +49,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-infer", dest="infer", action="store_false",
                    help="judge an --impl by its declarations and the spec's defaults only; by default what it does "
                         "not declare is inferred first (oracle.compare.infer) and the report prints the declaration")
+    p.add_argument("--inferred-from", metavar="REPORT_JSON",
+                   help="judge each --impl as the run that wrote this report.json inferred it (its \"inferred\" "
+                        "record) instead of inferring again; repro commands of --impl rows pass it")
     p.add_argument("--target", action="append", default=[], metavar="PATTERN",
                    help="built-in targets to run, by name or glob (e.g. 'torch.adamw.fused', 'fused.*'); "
                         "default: every available target for the chosen optimizers")
@@ -132,13 +134,56 @@ def select_targets(args, optimizers, explicit_optimizer: bool):
                              f"{', '.join(t.name for t in T.every_target())}")
         chosen += picked
     args.inferred = []
+    recorded = recorded_inferences(args.inferred_from) if getattr(args, "inferred_from", None) else None
     if getattr(args, "infer", True):
         for target in chosen:
             if target.infer and target.unavailable(args.device) is None:
-                found = infer_target(target, args)
+                found = infer_target(target, args) if recorded is None else reused_inference(target, recorded, args)
                 if found is not None:
                     args.inferred.append(found)
     return [with_inferred(t) for t in chosen]
+
+
+def recorded_inferences(path: str) -> dict:
+    """target name -> inference, from a report.json's "inferred" record (data we do not trust: each
+    candidate must rebuild, or the run stops before any work)."""
+    from .infer import lines
+    from .shard import REPORT_LIMIT
+    from .targets.declare import Candidate
+    from .untrusted import DataFileError, read_json
+    try:
+        doc = read_json(path, REPORT_LIMIT, "report")
+    except DataFileError as exc:
+        raise UsageError(f"--inferred-from {exc}") from None
+    found = doc.get("inferred") if isinstance(doc, dict) else None
+    if not isinstance(found, list):
+        raise UsageError(f"--inferred-from {path}: no \"inferred\" record (that run inferred nothing)")
+    out = {}
+    for d in found:
+        try:
+            if d.get("candidate"):
+                Candidate.from_json(d["candidate"])
+            lines(d)  # what is printed of it must print
+            out[str(d["target"])] = d
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"--inferred-from {path}: an unusable inference record ({type(exc).__name__}: "
+                             f"{exc})") from None
+    return out
+
+
+def reused_inference(target, recorded: dict, args) -> dict | None:
+    """The recorded inference of `target`, exported to the workers as a fresh one would be."""
+    from .infer import lines
+    from .targets.declare import ENV, export
+    if target.name not in recorded:
+        raise UsageError(f"--inferred-from {args.inferred_from}: no inference of {target.name} there (it has "
+                         f"{', '.join(sorted(recorded)) or 'none'}); drop the flag to infer it again")
+    found = recorded[target.name]
+    if found.get("candidate"):
+        export({**json.loads(os.environ.get(ENV) or "{}"), target.name: found["candidate"]})
+    print(f"the conventions of {target.name} as {args.inferred_from} recorded them:", file=sys.stderr)
+    print("\n".join(lines(found)), file=sys.stderr, flush=True)
+    return found
 
 
 INFER_TIMEOUT = 600.0  # fingerprinting a target: a few hundred short probe runs (capped by --timeout x 10)
@@ -565,6 +610,9 @@ def _finish(args, argv, judge, results, row_jobs, complete, t0, shard_meta, inte
             total) -> int:
     from . import report
     from .console import outcome
+    from .runinfo import reproducing
+    reproducing(results, args.device, os.path.join(os.path.abspath(args.report_dir), "report.json"),
+                {d["target"] for d in getattr(args, "inferred", None) or () if d.get("candidate")})
     known = judge.judge(results)
     extra = {"seconds": round(time.perf_counter() - t0, 2), "known": known}
     if getattr(args, "inferred", None):
@@ -578,7 +626,7 @@ def _finish(args, argv, judge, results, row_jobs, complete, t0, shard_meta, inte
             write_junit(args.junit_xml, doc)
     finally:
         lock.release()
-    print("\n".join(outcome(results, judge, args, done, total, time.perf_counter() - t0)))
+    print("\n".join(outcome(results, doc, judge, args, done, total, time.perf_counter() - t0)))
     if interrupted:
         print("interrupted while the report was written: it was finished first", file=sys.stderr)
     if not complete or interrupted:
@@ -618,12 +666,10 @@ def merge_main(argv) -> int:
         inferred = next((d["inferred"] for d in docs if d.get("inferred")), None)
         if inferred:  # every shard infers the same (same seed, same probes): the first one's
             extra["inferred"] = inferred
-        report.write(args.report_dir, results, run_argv, complete, run["device"], extra)
+        doc = report.write(args.report_dir, results, run_argv, complete, run["device"], extra)
     print("\n".join(judge.lines()))
     print(report.summary_table(report.summarize(results)))
-    bad = sum(r.status in FAILING for r in results)  # deviations and unexplained rows included
-    print(f"\nmerged {len(args.reports)} shards: {len(results)} cases, {sum(r.status == 'pass' for r in results)} "
-          f"passed, {bad} failed, {sum(r.status == 'skip' for r in results)} skipped{judge.counts_text()}; "
+    print(f"\nmerged {len(args.reports)} shards -> {report.counts_text(doc['counts'])}; "
           f"report: {os.path.join(args.report_dir, 'report.md')}")
     if not complete or interrupted:
         return EXIT_INTERRUPTED

@@ -18,7 +18,6 @@ import sys
 import time
 from collections import Counter
 from .checks import FAILING
-from .summary import apart_text
 
 FAILURE_LINES = 10  # failure lines printed at the end (all of them with --verbose)
 
@@ -123,22 +122,13 @@ def failure_lines(results, judge, device: str, limit: int | None, report_path: s
     return out
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def counts_line(jobs_done: int, jobs_total: int, results, seconds: float, judge, report_path: str) -> str:
-    c = Counter(r.status for r in results if r.case != "(all cases)")
-    targets_skipped = sum(r.case == "(all cases)" for r in results)
+def counts_line(jobs_done: int, jobs_total: int, doc: dict, seconds: float, report_path: str) -> str:
+    from .summary import counts_text, plural
     jobs = plural(jobs_total, "job") if jobs_done == jobs_total else f"{jobs_done} of {plural(jobs_total, 'job')}"
-    return (f"\n{jobs} -> {plural(sum(c.values()), 'result row')}: {c['pass']} passed, {c['fail']} failed, "
-            f"{apart_text(c)}{plural(c['error'], 'error')}, "
-            f"{c['skip']} skipped in {seconds:.1f}s{judge.counts_text()}"
-            + (f"; {targets_skipped} target(s) skipped as a whole" if targets_skipped else "")
-            + f"; report: {report_path}")
+    return f"\n{jobs} -> {counts_text(doc['counts'])}; {seconds:.1f} s; report: {report_path}"
 
 
-def outcome(results, judge, args, jobs_done: int, jobs_total: int, seconds: float) -> list[str]:
+def outcome(results, doc: dict, judge, args, jobs_done: int, jobs_total: int, seconds: float) -> list[str]:
     """Everything printed after the run, in order."""
     from . import report
     verbosity = getattr(args, "verbosity", 0)
@@ -150,7 +140,7 @@ def outcome(results, judge, args, jobs_done: int, jobs_total: int, seconds: floa
     skipped = report.skipped_line(rows)
     if skipped:
         out.append(skipped)
-    out.append(counts_line(jobs_done, jobs_total, results, seconds, judge, report_path))
+    out.append(counts_line(jobs_done, jobs_total, doc, seconds, report_path))
     out += failure_lines(results, judge, args.device, None if verbosity > 0 else FAILURE_LINES, report_path)
     return out
 

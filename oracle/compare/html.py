@@ -2,13 +2,18 @@
 report.json document.
 
 - a summary grid: target x dtype x check (matrix checks under each dtype, one column per scenario),
-  each cell coloured by the worst error/bound ratio of the rows it covers, marked N (a new failure),
-  K (a known defect) or F (a known entry that no longer reproduces);
-- per failing case (collapsible, grouped by target, the most severe first): the failure line,
-  error and bound versus step for the lockstep and trajectory checks, a histogram of the
-  per-element error in ULPs at the worst step (matplotlib, embedded as SVG; the first PLOT_CASES
-  failing cases), the findings table, the repro command with a copy button;
-- known findings, hazards, the summary table, notes and tracebacks, each in its own section.
+  one table per dtype and one for the scenarios, so that it wraps to the window (every column visible
+  at 1280 px) instead of scrolling sideways; targets with a failing cell first; each cell coloured by
+  the worst error/bound ratio of the rows it covers, marked N (a new failure), K (a known defect) or F
+  (a known entry that no longer reproduces);
+- per failing case (grouped by target; new failures first, the first OPEN_CASES of them open, known
+  ones closed; the most severe first): the failure line, the repro command with a copy button, and
+  what its *failing* checks show: error and bound versus step and a histogram of the per-element error
+  in ULPs at the worst step where they recorded a series (matplotlib SVG; the first PLOT_CASES failing
+  cases), where and when otherwise (a non-finite value, a write outside a view: the first finding);
+  then the findings table;
+- known findings (the entries this run exercised first, the rest in one closed line), hazards, the
+  summary table, notes and tracebacks, each in its own section.
 
 `render(doc)` is a pure function of the document, so `python -m oracle.compare html DIR` can rebuild
 the file from a report.json (an older report without per-step data gets no plots).
@@ -166,40 +171,22 @@ def grid(doc: dict, anchors: dict) -> tuple[list, dict]:
 
 
 def grid_html(doc: dict, anchors: dict) -> str:
+    """The grid, one table per column group (fp32, bf16, fp16 checks; scenarios) so that it wraps
+    to the window instead of scrolling sideways; targets with a failing cell first."""
     cols, cells = grid(doc, anchors)
     if not cols:
         return "<p>No case ran.</p>"
-    groups = []
-    for group, _ in cols:
-        if not groups or groups[-1][0] != group:
-            groups.append([group, 0])
-        groups[-1][1] += 1
     optimizer = {r["target"]: r["optimizer"] for r in doc["results"]}
-    out = ['<div class="scroll"><table class="grid" id="summary-grid"><thead><tr><th rowspan="2">target</th>']
-    out += [f'<th colspan="{n}" class="group">{esc(SHORT.get(g, g))}</th>' for g, n in groups]
-    out.append("</tr><tr>")
-    out += [f'<th class="check"><span>{esc(name)}</span></th>' for _, name in cols]
-    out.append("</tr></thead><tbody>")
-    for target in sorted(cells, key=lambda t: (optimizer.get(t, ""), t)):
-        out.append(f'<tr><th class="target">{esc(target)} <small>{esc(optimizer.get(target, ""))}</small></th>')
-        for col in cols:
-            c = cells[target].get(col)
-            if c is None:
-                out.append('<td class="none"></td>')
-                continue
-            marks = "".join(sorted(c.marks))
-            title = (f"{target} {col[0]} {col[1]}: {c.state()}; passed {c.passed}, failed {c.failed}, "
-                     f"errors {c.errors}, skipped {c.skipped}"
-                     + (f"; worst error/bound {c.ratio:.3g}" if c.ratio is not None else "")
-                     + {"N": "; new failure", "K": "; known defect", "F": "; a known entry no longer reproduces"}
-                     .get(marks[:1], "") + (f" ({marks})" if len(marks) > 1 else ""))
-            body = esc(c.text()) + (f'<sup class="mark">{esc(marks)}</sup>' if marks else "")
-            if c.first:
-                body = f'<a href="#{c.first}">{body}</a>'
-            out.append(f'<td class="cell {c.state()}" data-state="{c.state()}" data-marks="{esc(marks)}" '
-                       f'style="background:{c.colour()}" title="{esc(title)}">{body}</td>')
-        out.append("</tr>")
-    out.append("</tbody></table></div>")
+    failing = {t for t, row in cells.items() if any(c.state() in ("fail", "error") for c in row.values())}
+    targets = sorted(cells, key=lambda t: (t not in failing, optimizer.get(t, ""), t))
+    groups = defaultdict(list)
+    for col in cols:
+        groups[col[0]].append(col)
+    out = ['<div id="summary-grid">']
+    for group, gcols in groups.items():
+        out.append(grid_table(group, gcols, [t for t in targets if any(c in cells[t] for c in gcols)], cells,
+                              optimizer))
+    out.append("</div>")
     legend = [("exact", "equal / exact check passed"), ("low", "worst error \u2264 0.5 bound"),
               ("near", "0.5 \u2013 1 bound"), ("over", "1 \u2013 2 bound: fails"), ("far", "> 2 bound or exact check failed"),
               ("error", "target raised or crashed"), ("skip", "skipped")]
@@ -208,6 +195,35 @@ def grid_html(doc: dict, anchors: dict) -> str:
                + ' &nbsp; marks: <b>N</b> new failure, <b>K</b> known defect, <b>F</b> known entry no longer '
                  'reproduces. Numbers: the worst error/bound ratio.</p>')
     return "".join(out)
+
+
+def grid_table(group: str, cols: list, targets: list, cells: dict, optimizer: dict) -> str:
+    out = [f'<table class="grid"><thead><tr><th rowspan="2">target</th>'
+           f'<th colspan="{len(cols)}" class="group">{esc(SHORT.get(group, group))}</th></tr><tr>']
+    out += [f'<th class="check"><span>{esc(name)}</span></th>' for _, name in cols]
+    out.append("</tr></thead><tbody>")
+    for target in targets:
+        out.append(f'<tr><th class="target">{esc(target)} <small>{esc(optimizer.get(target, ""))}</small></th>')
+        out += [grid_cell(target, col, cells[target].get(col)) for col in cols]
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def grid_cell(target: str, col: tuple, c) -> str:
+    if c is None:
+        return '<td class="none"></td>'
+    marks = "".join(sorted(c.marks))
+    title = (f"{target} {col[0]} {col[1]}: {c.state()}; passed {c.passed}, failed {c.failed}, "
+             f"errors {c.errors}, skipped {c.skipped}"
+             + (f"; worst error/bound {c.ratio:.3g}" if c.ratio is not None else "")
+             + {"N": "; new failure", "K": "; known defect", "F": "; a known entry no longer reproduces"}
+             .get(marks[:1], "") + (f" ({marks})" if len(marks) > 1 else ""))
+    body = esc(c.text()) + (f'<sup class="mark">{esc(marks)}</sup>' if marks else "")
+    if c.first:
+        body = f'<a href="#{c.first}">{body}</a>'
+    return (f'<td class="cell {c.state()}" data-state="{c.state()}" data-marks="{esc(marks)}" '
+            f'style="background:{c.colour()}" title="{esc(title)}">{body}</td>')
 
 
 # --- plots -------------------------------------------------------------------------------------
@@ -271,9 +287,16 @@ def _positive(values):
     return out
 
 
+def plotted_checks(row: dict) -> list:
+    """(name, check) whose data a failing row's plots show: its failing checks; a passing check's
+    healthy curve beside a failure would show the wrong thing."""
+    failing = [(n, c) for n, c in row["checks"].items() if not c.get("passed", True)]
+    return failing or list(row["checks"].items())
+
+
 def series_svg(row: dict, prefix: str) -> str | None:
-    """Error and bound (ULPs) versus step, for the checks that recorded a per-step series."""
-    series = [(n, c["series"]) for n, c in row["checks"].items() if c.get("series")]
+    """Error and bound (ULPs) versus step, for the failing checks that recorded a per-step series."""
+    series = [(n, c["series"]) for n, c in plotted_checks(row) if c.get("series")]
     if not series:
         return None
     fig, ax = _figure()
@@ -286,9 +309,20 @@ def series_svg(row: dict, prefix: str) -> str | None:
     ax.set_xlabel("step")
     ax.set_ylabel("ULPs")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=6.5, ncol=2, frameon=False)
+    # beside the axes, never over the curves
+    ax.legend(fontsize=6.5, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.subplots_adjust(right=0.68)
     ax.set_title("error and bound versus step\n(the worst element of each step)", fontsize=8)
     return _svg(fig, prefix)
+
+
+def where_html(row: dict) -> str:
+    """Where and when each failing check without a per-step series went wrong (non-finite values,
+    writes outside a view, counters, schema): its first finding, instead of a plot."""
+    from .explain import finding_text
+    out = [f"<li><b>{esc(n)}</b>: {esc(finding_text(c['findings'][0]))}</li>"
+           for n, c in row["checks"].items() if not c.get("passed", True) and not c.get("series") and c.get("findings")]
+    return f"<ul class='where'>{''.join(out)}</ul>" if out else ""
 
 
 def _pow2(x: float) -> str:
@@ -308,7 +342,7 @@ def _bin_label(low, high) -> str:
 def histogram_svg(row: dict, prefix: str) -> str | None:
     """Per-element error in ULPs at the worst step of the most severe failing check with a histogram."""
     from .checks import severity
-    checks = sorted(row["checks"].items(), key=lambda kv: (kv[1].get("passed", True), severity(kv[0])))
+    checks = sorted(plotted_checks(row), key=lambda kv: (kv[1].get("passed", True), severity(kv[0])))
     name, hist = next(((n, c["histogram"]) for n, c in checks if c.get("histogram")), (None, None))
     if hist is None:
         return None
@@ -376,10 +410,11 @@ def copyable(command: str) -> str:
             f"data-copy='{esc(command)}'>Copy</button></div>")
 
 
-def case_html(row: dict, anchor: str, mark: str, plots: bool) -> str:
+def case_html(row: dict, anchor: str, mark: str, plots: bool, show: bool = False) -> str:
     from .explain import describe, failure_line
     line = failure_line(row)
-    parts = [f"<details class='case {esc(row['status'])}' id='{anchor}' data-mark='{esc(mark)}'>",
+    parts = [f"<details class='case {esc(row['status'])}' id='{anchor}' data-mark='{esc(mark)}'"
+             f"{' open' if show else ''}>",
              f"<summary><span class='badge {esc(row['status'])}'>{esc(row['status'].upper())}</span>"
              + (f"<span class='badge mark-{esc(mark)}'>{esc({'N': 'NEW', 'K': 'KNOWN'}.get(mark, mark))}</span>" if mark else "")
              + f" <b>{esc(row['case'])}</b> seed {esc(row['seed'])} <span class='why'>{esc(describe(row))}</span>"
@@ -387,12 +422,11 @@ def case_html(row: dict, anchor: str, mark: str, plots: bool) -> str:
              f"<p class='line'>{esc(line)}</p>", copyable(row.get("repro", ""))]
     if plots:
         figs = [svg for svg in (series_svg(row, anchor + "s-"), histogram_svg(row, anchor + "h-")) if svg]
+        parts.append(where_html(row))
         if figs:
             parts.append("<div class='plots'>" + "".join(f"<figure>{svg}</figure>" for svg in figs) + "</div>")
-        elif any(c.get("findings") for c in row["checks"].values()):
-            parts.append("<p class='muted'>No per-step data for this case (exact checks only, or a report "
-                         "from before report.json kept it).</p>")
     elif plots is False:
+        parts.append(where_html(row))
         parts.append(f"<p class='muted'>Plots are drawn for the first {PLOT_CASES} failing cases; this case's "
                      "per-step data is in report.json.</p>")
     parts += [findings_table(row), checks_table(row)]
@@ -403,30 +437,36 @@ def case_html(row: dict, anchor: str, mark: str, plots: bool) -> str:
     return "".join(parts)
 
 
+OPEN_CASES = 10  # failing cases shown open: the first new ones (the rest one click away, "Expand all")
+
+
 def failures_html(doc: dict, anchors: dict) -> str:
+    """Failing rows, new ones first (open), then known ones (closed); within each, targets by their most
+    severe row and rows most severe first."""
     from .explain import most_severe_first
     from .summary import new_failure_rows
-    # most severe rows first: within a target, and targets by their most severe row (dicts keep order)
     bad = most_severe_first(r for r in doc["results"] if r["status"] in FAILING)
     if not bad:
         return "<p>No failures.</p>"
     new = {id(r) for r in new_failure_rows(doc)}
     judged = bool(doc.get("known"))
     by_target = defaultdict(list)
-    for r in bad:
-        by_target[r["target"]].append(r)
-    many = len(bad) > 12
-    out, plotted = [], 0
-    for target, rows in by_target.items():
-        n_new = sum(id(r) in new for r in rows)
-        label = f"{len(rows)} failing case(s)" + (f", {n_new} new" if judged else "")
-        out.append(f"<details class='target' {'' if many else 'open'}><summary><b>{esc(target)}</b> "
-                   f"<span class='muted'>{esc(label)}</span></summary>")
+    for r in [r for r in bad if id(r) in new] + [r for r in bad if id(r) not in new]:
+        by_target[(id(r) not in new, r["target"])].append(r)
+    out, plotted, opened = [], 0, 0
+    for (is_known, target), rows in by_target.items():
+        label = f"{len(rows)} {'known' if is_known else 'new' if judged else 'failing'} case(s)"
+        cases, first_open = [], opened
         for r in rows:
-            mark = ("N" if id(r) in new else "K") if judged else ""
+            mark = ("K" if is_known else "N") if judged else ""
             plots = plotted < PLOT_CASES
             plotted += plots
-            out.append(case_html(r, anchors[id(r)], mark, plots))
+            show = not is_known and opened < OPEN_CASES
+            opened += show
+            cases.append(case_html(r, anchors[id(r)], mark, plots, show))
+        out.append(f"<details class='target'{' open' if opened > first_open else ''}>"
+                   f"<summary><b>{esc(target)}</b> <span class='muted'>{esc(label)}</span></summary>")
+        out += cases
         out.append("</details>")
     return "".join(out)
 
@@ -436,21 +476,37 @@ def known_html(doc: dict) -> str:
     if not known:
         return "<p>Not judged against known findings: every failure counts.</p>" if "known" in doc else \
             "<p>No known-findings section in this report.</p>"
+    from .summary import run_counts
+    rows = run_counts(doc)  # failing rows, as the verdict line counts them
     c = {k: esc(v) for k, v in known["counts"].items()}  # counts are data too: escaped like every string
-    out = [f"<p>File <code>{esc(known['file'])}</code>, device {esc(known['device'])}: <b>{c['new']} new</b>, "
-           f"{c['known']} known ({c['known_entries']} entries), <b>{c['fixed']} fixed</b>, {c['not_run']} not run, "
+    out = [f"<p>File <code>{esc(known['file'])}</code>, device {esc(known['device'])}. Failing rows: "
+           f"<b>{rows['new']} new</b>, {rows['known']} known. Known entries: {c['known_entries']} reproduce, "
+           f"<b>{c['fixed']} fixed</b> (no longer reproduce), {c['not_run']} not run, "
            f"{c['not_applicable']} not applicable.</p>"]
-    if known.get("entries"):
-        out.append("<table><thead><tr><th>id</th><th>status</th><th>applies to</th><th>summary</th><th>detail</th>"
-                   "<th>reference</th></tr></thead><tbody>")
-        for e in known["entries"]:
-            ref = e.get("reference") or ""
-            ref_html = f"<a href='{esc(ref)}'>{esc(ref)}</a>" if ref.startswith("http") else esc(ref)
-            out.append(f"<tr class='entry {esc(e['status'].replace(' ', '-'))}'><td>{esc(e['id'])}</td>"
-                       f"<td>{esc(e['status'])}</td><td>{esc(e['library'])} {esc(e['versions'])} "
-                       f"(installed {esc(e.get('installed') or '-')})</td><td>{esc(e['summary'])}</td>"
-                       f"<td>{esc(e['reason'])}</td><td>{ref_html}</td></tr>")
-        out.append("</tbody></table>")
+    entries = known.get("entries") or []
+    # the entries this run exercised (they reproduce, or no longer do) first; the rest in one closed line
+    here = [e for e in entries if e["status"] in ("known", "fixed")]
+    rest = [e for e in entries if e["status"] not in ("known", "fixed")]
+    if here:
+        out.append(entries_table(here))
+    if rest:
+        out.append(f"<details class='other-entries'><summary>{len(rest)} other entries: "
+                   f"{c['not_run']} not exercised by this run, {c['not_applicable']} not applicable here"
+                   f"</summary>{entries_table(rest)}</details>")
+    return "".join(out)
+
+
+def entries_table(entries: list) -> str:
+    out = ["<table><thead><tr><th>id</th><th>status</th><th>applies to</th><th>summary</th><th>detail</th>"
+           "<th>reference</th></tr></thead><tbody>"]
+    for e in entries:
+        ref = e.get("reference") or ""
+        ref_html = f"<a href='{esc(ref)}'>{esc(ref)}</a>" if ref.startswith("http") else esc(ref)
+        out.append(f"<tr class='entry {esc(e['status'].replace(' ', '-'))}'><td>{esc(e['id'])}</td>"
+                   f"<td>{esc(e['status'])}</td><td>{esc(e['library'])} {esc(e['versions'])} "
+                   f"(installed {esc(e.get('installed') or '-')})</td><td>{esc(e['summary'])}</td>"
+                   f"<td>{esc(e['reason'])}</td><td>{ref_html}</td></tr>")
+    out.append("</tbody></table>")
     return "".join(out)
 
 
@@ -503,7 +559,7 @@ def errors_html(doc: dict, anchors: dict) -> str:
 
 
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1400px;padding:0 1.2em 4em;color:#222}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;padding:0 1.2em 4em;color:#222}
 h1{margin:.6em 0 .2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}pre{white-space:pre-wrap;background:#f6f8fa;padding:.6em}
 .verdict{font-size:1.15em;padding:.4em .7em;border-radius:4px;display:inline-block}.verdict.pass{background:#e6f4ea}.verdict.fail{background:#fde7e9}
@@ -514,7 +570,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 table.grid td.cell{text-align:center;min-width:2.6em;font-size:12px}table.grid td.cell a{color:#000;text-decoration:none;display:block}
 table.grid th.check{height:7.5em;white-space:nowrap;vertical-align:bottom;font-weight:normal;font-size:12px}
 table.grid th.check span{writing-mode:vertical-rl;transform:rotate(180deg)}table.grid th.target{text-align:left;white-space:nowrap;font-weight:normal}
-table.grid td.none{background:#fff}sup.mark{font-weight:bold;margin-left:1px}
+table.grid td.none{background:#fff}#summary-grid{display:flex;flex-wrap:wrap;gap:.2em 1.2em;align-items:flex-start}sup.mark{font-weight:bold;margin-left:1px}
 .legend{font-size:12px;color:#444}.swatch{display:inline-block;width:1em;height:1em;vertical-align:middle;margin:0 .3em 0 .8em;border:1px solid #aaa}
 details.target{margin:.4em 0;border:1px solid #ddd;border-radius:4px;padding:.2em .6em}
 details.case{margin:.4em 0 .4em 1em;border-left:3px solid #d73027;padding-left:.6em}details.case.error{border-left-color:#7b3294}
@@ -568,6 +624,10 @@ JS = r"""
       open_cases: document.querySelectorAll('details.case[open]').length,
       copy_button: b ? b.textContent : null,
       selection: window.getSelection().toString(),
+      grid_right: Math.max.apply(null, Array.prototype.map.call(cells, function(c){
+                    return c.getBoundingClientRect().right; }).concat([0])),
+      page_width: document.documentElement.scrollWidth,
+      window_width: window.innerWidth,
       first_fail_colour: (function(){ var c = document.querySelector('#summary-grid td.cell.fail');
                                      return c ? getComputedStyle(c).backgroundColor : null; })()
     };

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 
 from .explain import by_severity, failure_line, failing_checks, finding_text
 from .checks import FAILING
+from .summary import WHOLE_TARGET
 
 
 def _new_keys(doc: dict):
@@ -37,15 +38,20 @@ def _details(row: dict) -> str:
     return "\n".join(lines + notes + [f"reproduce: {row.get('repro', '')}"])
 
 
+SKIPPED_SUITE = "targets skipped as a whole"
+
+
 def document(doc: dict) -> ET.ElementTree:
     new, known_ids = _new_keys(doc), _known_ids(doc)
     suites = {}
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     root = ET.Element("testsuites", name="oracle.compare")
     for r in doc["results"]:
-        suite = suites.get(r["target"])
+        # a target skipped as a whole is no result row: its own suite keeps the targets' suites to the rows
+        name = SKIPPED_SUITE if r["case"] == WHOLE_TARGET else r["target"]
+        suite = suites.get(name)
         if suite is None:
-            suite = suites[r["target"]] = ET.SubElement(root, "testsuite", name=r["target"])
+            suite = suites[name] = ET.SubElement(root, "testsuite", name=name)
             suite.attrib.update({k: 0 for k in ("tests", "failures", "errors", "skipped")})
             suite.attrib["time"] = 0.0
         case = ET.SubElement(suite, "testcase", classname=f"oracle.compare.{r['target']}",

@@ -404,7 +404,9 @@ def verdict_lines(v: Verdict, limit: int = 10) -> list[str]:
     """The outcome per entry: known (matched), fixed, not run, not applicable."""
     out = []
     if v.new:
-        out.append(f"NEW failures (no applicable known entry; they fail the run): {len(v.new)}: "
+        rows = len({(f.target, f.case, f.seed) for f in v.new})
+        out.append(f"NEW failing checks (no applicable known entry; they fail the run): {len(v.new)} in "
+                   f"{rows} row{'' if rows == 1 else 's'}: "
                    + ", ".join(f"{f.target} {f.case} {f.check}" for f in v.new[:limit])
                    + (f", +{len(v.new) - limit} more" if len(v.new) > limit else ""))
     known = v.by_status("known")
@@ -519,12 +521,6 @@ class Judge:
 
     def lines(self) -> list[str]:
         return verdict_lines(self.verdict) if self.verdict is not None else []
-
-    def counts_text(self) -> str:
-        if self.verdict is None:
-            return ""
-        c = self.verdict.counts()
-        return f"; {c['new']} new, {c['known']} known, {c['fixed']} fixed"
 
     def is_new(self, result) -> bool:
         """Whether a failed/errored result holds a failure that no applicable entry matches."""

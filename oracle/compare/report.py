@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict
 
 from .summary import (hazards, jsonable, measure, new_failure_rows, skip_reason, skipped_line,  # noqa: F401
-                      skipped_targets, summarize, summary_table, verdict_text)
+                      skipped_targets, summarize, summary_table, verdict_text, run_counts, counts_text)
 
 from .runinfo import repro_command, versions  # noqa: F401 - part of this module's API
 from .checks import FAILING
@@ -177,8 +177,10 @@ def document(results, argv, complete: bool, device: str, extra: dict | None = No
     meta = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "complete": complete,
             "versions": versions(), "argv": list(argv), **(extra or {})}
     from .hazards import summarize as hazard_entries
-    return {**_num(meta), "summary": [_num(r) for r in summarize(results)],
-            "hazards": _num(hazard_entries(results)), "results": [result_dict(r, device) for r in results]}
+    doc = {**_num(meta), "summary": [_num(r) for r in summarize(results)],
+           "hazards": _num(hazard_entries(results)), "results": [result_dict(r, device) for r in results]}
+    doc["counts"] = run_counts(doc)  # the one set of counts every view of the run shows
+    return doc
 
 
 _SCALAR = r'(?:-?\d[\d.eE+-]*|null|true|false|"-?inf"|"nan")'
@@ -192,7 +194,9 @@ def dumps(doc: dict) -> str:
 
 
 def render(doc: dict, html: bool = True) -> dict:
-    """{file name: text} of a report document: report.json, report.md and report.html."""
+    """{file name: text} of a report document: report.json, report.md and report.html (its counts
+    derived from its rows here, whatever a re-rendered report.json said they were)."""
+    doc = {**doc, "counts": run_counts(doc)}
     files = {"report.json": dumps(doc), "report.md": markdown(doc)}
     if html:
         from .html import render as render_html

@@ -19,7 +19,23 @@ def repro_command(result, device: str = "cpu") -> str:
         what = f"--scenario {name} --case {shlex.quote(result.case)}"
     else:
         what = f"--case {shlex.quote(result.case)} --steps {result.steps} --scenario none"
-    return f"python -m oracle.compare {sel} --optimizer {result.optimizer} {what} --seed {result.seed} --device {device}"
+    # a fresh report folder: reproducing a row never writes into the folder it is typed in
+    return (f"python -m oracle.compare {sel} --optimizer {result.optimizer} {what} --seed {result.seed} "
+            f"--device {device} {SCRATCH_REPORT}")
+
+
+SCRATCH_REPORT = '--report-dir "$(mktemp -d)"'
+
+
+def reproducing(results, device: str, report_json: str, inferred: set) -> None:
+    """Each row's repro command as written into this run's report: a row of an --impl judged under the
+    convention this run inferred for it reuses that inference (--inferred-from this report.json)
+    rather than inferring again, which costs more than the case and could settle elsewhere."""
+    for r in results:
+        if getattr(r, "repro", "") or r.target not in inferred:
+            continue
+        r.repro = repro_command(r, device).replace(
+            f" {SCRATCH_REPORT}", f" --inferred-from {shlex.quote(report_json)} {SCRATCH_REPORT}")
 
 
 def versions() -> dict:

@@ -200,16 +200,48 @@ def hazards(doc: dict) -> list[str]:
     return out
 
 
-def verdict_text(doc: dict) -> str:
-    results = doc["results"]
-    count = Counter(r["status"] for r in results)
+WHOLE_TARGET = "(all cases)"  # the case of the one row standing for a target skipped as a whole
+
+
+def run_counts(doc: dict) -> dict:
+    """The run's counts, the one set that console, report.md, report.html, report.json and JUnit show.
+    Units: result rows (a target x case x seed; a target skipped as a whole is not a row but counted
+    apart), and the failing rows split into new (holding a failure no applicable known entry matches)
+    and known; known entries that no longer reproduce are counted as entries."""
+    rows = [r for r in doc["results"] if r["case"] != WHOLE_TARGET]
+    status = Counter(r["status"] for r in rows)
+    failing = sum(status[s] for s in FAILING)
     known = doc.get("known")
-    if known:
-        c = known["counts"]
-        ok = known["ok"]
-        judged = f"{c['new']} new, {c['known']} known, {c['fixed']} fixed"
-    else:
-        ok = not any(count[s] for s in FAILING)
-        judged = "not judged against known findings"
-    return (f"**{'PASS' if ok else 'FAIL'}** ({judged}): {len(results)} result rows, {count['pass']} passed, "
-            f"{count['fail']} failed, {apart_text(count)}{count['error']} errors, {count['skip']} skipped")
+    new = len([r for r in new_failure_rows({**doc, "results": rows})]) if known else failing
+    out = {"rows": len(rows), **{s: status[s] for s in ("pass", *FAILING, "skip")}, "failing": failing,
+           "judged": bool(known), "new": new, "known": failing - new,
+           # counted from the entries, as the rows are: a re-rendered report.json's own counts are not trusted
+           "fixed_entries": sum(isinstance(e, dict) and e.get("status") == "fixed"
+                                for e in (known or {}).get("entries", [])),
+           "targets_skipped": len(doc["results"]) - len(rows)}
+    out["ok"] = bool(known["ok"]) if known else not failing
+    return out
+
+
+def counts_text(c: dict) -> str:
+    """The counts as one line: rows by status, the failing rows new and known, then what is not a row."""
+    text = (f"{plural(c['rows'], 'result row')}: {c['pass']} passed, {c['fail']} failed, {apart_text(c)}"
+            f"{plural(c['error'], 'error')}, {c['skip']} skipped")
+    if c["judged"] and c["failing"]:
+        text += f"; of the {plural(c['failing'], 'failing row')}: {c['new']} new, {c['known']} known"
+    elif not c["judged"]:
+        text += "; not judged against known findings"
+    if c["targets_skipped"]:
+        text += f"; {c['targets_skipped']} target(s) skipped as a whole"
+    if c["fixed_entries"]:
+        text += f"; {c['fixed_entries']} known entr{'y' if c['fixed_entries'] == 1 else 'ies'} fixed (no longer reproducing)"
+    return text
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def verdict_text(doc: dict) -> str:
+    c = run_counts(doc)  # from the rows, never a stored count: a rendered report.json is not trusted
+    return f"**{'PASS' if c['ok'] else 'FAIL'}**: {counts_text(c)}"
