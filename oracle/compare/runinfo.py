@@ -9,7 +9,8 @@ import shlex
 THIRD_PARTY = ("deepspeed", "bitsandbytes", "torchao", "apex", "transformer_engine", "pytorch-optimizer")
 
 
-def repro_command(result, device: str = "cpu") -> str:
+def repro_command(result, device: str = "cpu", inferred_from: str | None = None) -> str:
+    """The command reproducing a row; `inferred_from`: the report.json whose inference it reuses."""
     if getattr(result, "repro", ""):
         return result.repro
     target = result.target
@@ -20,8 +21,9 @@ def repro_command(result, device: str = "cpu") -> str:
     else:
         what = f"--case {shlex.quote(result.case)} --steps {result.steps} --scenario none"
     # a fresh report folder: reproducing a row never writes into the folder it is typed in
+    reuse = f" --inferred-from {shlex.quote(inferred_from)}" if inferred_from else ""
     return (f"python -m oracle.compare {sel} --optimizer {result.optimizer} {what} --seed {result.seed} "
-            f"--device {device} {SCRATCH_REPORT}")
+            f"--device {device}{reuse} {SCRATCH_REPORT}")
 
 
 SCRATCH_REPORT = '--report-dir "$(mktemp -d)"'
@@ -34,8 +36,7 @@ def reproducing(results, device: str, report_json: str, inferred: set) -> None:
     for r in results:
         if getattr(r, "repro", "") or r.target not in inferred:
             continue
-        r.repro = repro_command(r, device).replace(
-            f" {SCRATCH_REPORT}", f" --inferred-from {shlex.quote(report_json)} {SCRATCH_REPORT}")
+        r.repro = repro_command(r, device, inferred_from=report_json)
 
 
 def versions() -> dict:

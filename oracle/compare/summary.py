@@ -212,7 +212,7 @@ def run_counts(doc: dict) -> dict:
     status = Counter(r["status"] for r in rows)
     failing = sum(status[s] for s in FAILING)
     known = doc.get("known")
-    new = len([r for r in new_failure_rows({**doc, "results": rows})]) if known else failing
+    new = len(new_failure_rows({**doc, "results": rows})) if known else failing
     out = {"rows": len(rows), **{s: status[s] for s in ("pass", *FAILING, "skip")}, "failing": failing,
            "judged": bool(known), "new": new, "known": failing - new,
            # counted from the entries, as the rows are: a re-rendered report.json's own counts are not trusted
