@@ -339,3 +339,18 @@ def test_processes_a_target_starts_in_new_sessions_die_with_its_job(tmp_path, im
     code, err = cli(tmp_path, *ONE_CASE, "--impl", f"tests.broken.escaping:{impl}", "--timeout", "120",
                     report_dir=tmp_path / "rep")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("impl", ["TermParentAdamW", "KillParentAdamW", "KillGroupAdamW"])
+def test_a_target_signalling_its_parent_costs_one_row(tmp_path, impl):
+    """A target that signals its parent (or its process group) reaches the shield between it and the
+    CLI (oracle.compare.procs.behind_shield): its own rows are errors, the inference it kills falls
+    back to the declarations, and the run goes on to judge the other target and write its report."""
+    code, err = cli(tmp_path, *ONE_CASE, "--impl", f"tests.broken.signalling:{impl}",
+                    "--target", "torch.adamw.forloop", report_dir=tmp_path / "rep")
+    assert code == 1, err
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    status = {r["target"]: r["status"] for r in doc["results"]}
+    assert status == {f"impl:tests.broken.signalling:{impl}": "error", "torch.adamw.forloop": "pass"}, status
+    [row] = [r for r in doc["results"] if r["status"] == "error"]
+    assert "worker died with signal" in row["reason"], row["reason"]

@@ -519,6 +519,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from .procs import die_with_launcher
+    from .procs import behind_shield, die_with_launcher
     die_with_launcher()  # started by the CLI: do not outlive it
+    behind_shield()  # the target's code runs here: a signal to its parent must not reach the CLI
     sys.exit(main())

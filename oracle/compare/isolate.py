@@ -70,6 +70,7 @@ def _worker(conn, parent_pid: int) -> None:
     procs.die_with_parent(parent_pid)
     # Ctrl-C belongs to the parent: it writes the partial report and ends this worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    procs.behind_shield()  # a target signalling its parent hits the shield: one error row, not the CLI
     t0 = time.perf_counter()
     import torch
     torch.set_num_threads(1)

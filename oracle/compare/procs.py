@@ -18,12 +18,20 @@ parent; `kill_tagged(tag)` kills them all (Linux /proc). A worker kills its
 escapees after every job (`kill_escaped`), its parent kills every tagged
 process when the worker ends, and `run_child` when its child exits (a daemon
 holding the child's stdout would otherwise stall the read until the timeout).
+
+A process that runs target code sits behind a shield (`behind_shield()`): it
+forks first thing, and the parent that stays behind only waits for the child
+and leaves as the child left. So a target that signals its parent
+(`os.kill(os.getppid(), SIGTERM)`) hits the shield, not the CLI: the shield
+dies, its child with it (die_with_parent), and the CLI sees one process lost,
+which costs one error row rather than the run.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -99,6 +107,8 @@ def kill_escaped() -> list[int]:
     me, session = os.getpid(), os.getsid(0)
 
     def ours(pid):
+        if pid == SHIELD_PID:
+            return True
         seen = set()
         while pid not in seen:
             seen.add(pid)
@@ -139,6 +149,46 @@ def die_with_parent(parent_pid: int | None = None, sig: int = signal.SIGKILL) ->
                 time.sleep(0.5)
             os.kill(os.getpid(), sig)
         threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+SHIELD_PID: int | None = None  # in a process behind a shield: the shield's pid (kill_escaped spares it)
+
+
+def behind_shield() -> None:
+    """Fork; the parent becomes this process's shield and the child returns and goes on. The shield
+    holds nothing but inherited descriptors, runs no target code and leaves with the child's exit
+    status (or signal), so whoever started the process sees the child's end as its own."""
+    global SHIELD_PID
+    shield = os.getpid()
+    child = os.fork()
+    if child == 0:
+        SHIELD_PID = shield
+        die_with_parent(shield)  # a target that kills the shield takes its own process down with it
+        return
+    _leave_as(_wait_for(child))
+
+
+def _wait_for(pid: int) -> int:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 1 << 8  # not ours to wait for: status 1
+
+
+def _leave_as(status: int) -> None:
+    """End this process as a child that ended with `status` did: the same exit code or signal."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the child's crash already happened
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal this process cannot die of (blocked, or SIGCHLD-like)
+    os._exit(os.waitstatus_to_exitcode(status))
 
 
 def own_group() -> None:
@@ -262,5 +312,5 @@ def tree_rss_mb(pids) -> dict[int, float]:
     return out
 
 
-__all__ = ["LAUNCHER_ENV", "MemoryLimitExceeded", "die_with_launcher", "die_with_parent", "run_child", "kill_group", "make_tmp", "own_group", "remove_tmp", "sweep_stale_tmp",
+__all__ = ["LAUNCHER_ENV", "MemoryLimitExceeded", "behind_shield", "die_with_launcher", "die_with_parent", "run_child", "kill_group", "make_tmp", "own_group", "remove_tmp", "sweep_stale_tmp",
            "tree_rss_mb"]

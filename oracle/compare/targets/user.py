@@ -45,8 +45,9 @@ def resolve(spec: str):
 # on the last line of stderr, and leave with os._exit (no atexit handler of the module runs).
 _PROBE = r"""
 import importlib, os, sys, traceback
-from oracle.compare.procs import die_with_launcher
+from oracle.compare.procs import behind_shield, die_with_launcher
 die_with_launcher()
+behind_shield()
 def say(kind, text, code):
     sys.stdout.flush()
     sys.stderr.write("\n@@probe@@ %s %s\n" % (kind, text.replace("\n", " ")))
