@@ -71,16 +71,23 @@ class OptimizerSpec:
 
 
 def _declares_specs(info) -> bool:
-    """Whether a module of this package defines SPECS, read from its source without importing it:
-    the package also holds entry points (oracle.testing, oracle.pytest_plugin) whose imports
-    (pytest) a plain `import oracle` must not need."""
+    """Whether a module of this package assigns SPECS at module level (`SPECS = ...`, `SPECS: tuple =
+    ...`, `SPECS += ...`), read from its parsed source without importing it: the package also holds
+    entry points (oracle.testing, oracle.pytest_plugin) whose imports (pytest) a plain `import oracle`
+    must not need."""
+    import ast
     spec = info.module_finder.find_spec(info.name)
     origin = getattr(spec, "origin", None)
     try:
-        with open(origin, encoding="utf-8") as fh:
-            return "\nSPECS = " in fh.read()
-    except (OSError, TypeError):
-        return True  # no readable source: import it and look
+        with open(origin, "rb") as fh:
+            tree = ast.parse(fh.read(), filename=origin)
+    except (OSError, TypeError, ValueError, SyntaxError):
+        return True  # no readable source (or not parseable here): import it and look
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == "SPECS" for t in targets):
+            return True
+    return False
 
 
 def registry() -> dict[str, OptimizerSpec]:
