@@ -119,17 +119,32 @@ def test_bad_option_values_are_usage_errors(tmp_path, args, message):
     assert intact(folder)
 
 
-INFERRED = {"target": "impl:tests.broken.adamw:OffByOneAdamW", "explained": True, "candidate": {"preset": "x"}}
+MINIMAL_REPORT = {"schema": "optimizer-oracle-report/2", "created": "2026-12-03T00:00:00Z", "complete": True,
+                  "versions": {"python": "3.11", "torch": "2.13.0", "numpy": "2.0"},
+                  "argv": ["python", "-m", "oracle.compare"], "summary": [], "results": []}
+
+
+def inferred(target, candidate):
+    """An inference record as report.json holds it (valid against the schema)."""
+    return {"target": target, "optimizer": "adamw", "explained": candidate is not None, "candidate": candidate,
+            "label": None, "declaration": None, "separating": [], "also_consistent": [], "declared_axes": [],
+            "candidates_tried": 1, "probe_runs": 1, "seconds": 0.0}
+
+
+BAD_CANDIDATE = {"preset": "x", "counter": "param", "counter_format": "float32", "compute": "float32",
+                 "state_dtype": "param", "masters": False}  # in the schema's shape, naming no preset
 
 
 @pytest.mark.parametrize("content,message", [
     (None, "is not a regular file"),
-    ({"results": []}, 'no "inferred" record (that run inferred nothing)'),
-    ({"inferred": [{"target": "impl:other:Adam", "explained": False, "candidate": None}]},
+    (MINIMAL_REPORT, 'no "inferred" record (that run inferred nothing)'),
+    ({**MINIMAL_REPORT, "inferred": [inferred("impl:other:Adam", None)]},
      "no inference of impl:tests.broken.adamw:OffByOneAdamW there (it has impl:other:Adam)"),
-    ({"inferred": [INFERRED]}, "an unusable inference record (KeyError: "),
-    ({"inferred": ["junk"]}, "an unusable inference record (AttributeError: "),
-], ids=["dev-zero", "no-record", "other-target", "bad-candidate", "not-a-record"])
+    ({**MINIMAL_REPORT, "inferred": [inferred("impl:tests.broken.adamw:OffByOneAdamW", BAD_CANDIDATE)]},
+     "an unusable inference record (KeyError: "),
+    ({**MINIMAL_REPORT, "inferred": ["junk"]}, "the report is not a report of ours: inferred/0: 'junk' is not of type"),
+    ({"results": []}, "the report is not a report of ours: schema None"),
+], ids=["dev-zero", "no-record", "other-target", "bad-candidate", "not-a-record", "not-ours"])
 def test_inferred_from_a_report_that_cannot_say(tmp_path, content, message):
     """--inferred-from reads a report.json we did not write: every fault is exit 2 before any work."""
     path = tmp_path / "report.json"

@@ -17,7 +17,10 @@ from oracle.compare.cli import UsageError, check_report_dir
 from oracle.compare.untrusted import DataFileError, read_json
 
 ROOT = Path(__file__).resolve().parent.parent
-REPORT = {"schema": "optimizer-oracle-report/2", "complete": True, "results": []}
+# the smallest report of ours (valid against report.schema.json): what the readers accept
+REPORT = {"schema": "optimizer-oracle-report/2", "created": "2026-12-03T00:00:00Z", "complete": True,
+          "versions": {"python": "3.11", "torch": "2.13.0", "numpy": "2.0"}, "argv": ["python", "-m", "oracle.compare"],
+          "summary": [], "results": []}
 
 
 def victim(tmp_path: Path) -> Path:
@@ -134,7 +137,7 @@ def test_json_nested_past_the_recursion_limit_is_one_clear_error(tmp_path):
 
 def shard_doc(**shard_fields) -> dict:
     fields = {"count": 2, "index": 1, "rows": [], "selection": "s", "device": "cpu", **shard_fields}
-    return {**REPORT, "argv": ["python", "-m", "oracle.compare"], "versions": {}, "shard": fields}
+    return {**REPORT, "shard": fields}
 
 
 @pytest.mark.parametrize("fields,message", [
@@ -201,3 +204,91 @@ def test_the_library_api_refuses_fewer_than_one_step(steps):
     from oracle.testing import assert_optimizer_matches
     with pytest.raises(ValueError, match="steps must be an integer >= 1"):
         assert_optimizer_matches(torch.optim.AdamW, optimizer="adamw", dtypes=["float32"], steps=steps, infer=False)
+
+
+# --- malformed reports, every reader ------------------------------------------------------------------
+
+BASE_REPORT = ROOT / "reports" / "torchao" / "report.json"  # a real report (committed), made bad below
+
+
+def _set(doc, path, value):
+    *head, last = path
+    for key in head:
+        doc = doc[key]
+    if value is DELETE:
+        del doc[last]
+    else:
+        doc[last] = value
+
+
+DELETE = object()
+MALFORMED = {  # name -> a change of the real report, each one a reader used to crash on or believe
+    "status_unknown": (("results", 0, "status"), "maybe"),
+    "ratio_a_word": (("results", 0, "checks", "lockstep", "worst_ratio"), "big"),
+    "row_without_target": (("results", 0, "target"), DELETE),
+    "results_a_string": (("results",), "all"),
+    "summary_an_object": (("summary",), {}),
+    "versions_null": (("versions",), None),
+    "hazard_without_cases": (("hazards", 0, "cases"), []),
+    "created_a_number": (("created",), 7),
+    "schema_unknown": (("schema",), "optimizer-oracle-report/9"),
+    "steps_negative": (("results", 0, "steps"), -1),
+}
+RAW = {"not_utf8": b'{"schema": "\xff"}', "not_json": b"{schema", "a_list": b"[]", "nested": b"[" * 50000}
+
+
+def _bad_report(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    if name in RAW:
+        (folder / "report.json").write_bytes(RAW[name])
+    else:
+        doc = json.loads(BASE_REPORT.read_text())
+        _set(doc, *MALFORMED[name])
+        doc["shard"] = {"count": 1, "index": 1, "rows": [], "selection": "s", "device": "cpu"}  # merge reads it
+        (folder / "report.json").write_text(json.dumps(doc))
+    return folder
+
+
+def _readers(tmp_path: Path, bad: Path) -> dict:
+    """Each data-reading subcommand run on the bad folder: name -> (exit status, stderr)."""
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "report.json").write_text(BASE_REPORT.read_text())
+    runs = {"render": ["render", str(bad)], "diff": ["diff", str(good), str(bad)],
+            "merge": ["merge", str(bad), "--known", "none", "--report-dir", str(tmp_path / "merged")]}
+    out = {}
+    for name, argv in runs.items():
+        proc = subprocess.run([sys.executable, "-m", "oracle.compare", *argv], capture_output=True, text=True,
+                              cwd=ROOT, timeout=300)
+        out[name] = (proc.returncode, proc.stderr)
+    try:
+        from oracle.compare.cli import recorded_inferences
+        recorded_inferences(str(bad / "report.json"))
+        out["--inferred-from"] = (0, "")
+    except UsageError as exc:
+        out["--inferred-from"] = (2, f"error: {exc}\n")
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED) + sorted(RAW))
+def test_every_reader_answers_a_malformed_report_with_one_line_and_exit_2(tmp_path, name):
+    """render, diff, merge and --inferred-from read a report through one gate (oracle.compare.schema.load):
+    a report that departs from report.schema.json anywhere is exit 2 with one line naming the file and
+    where, before anything of it is used; nothing is written."""
+    bad = _bad_report(tmp_path, name)
+    before = (bad / "report.json").read_bytes()
+    for reader, (code, err) in _readers(tmp_path, bad).items():
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, f"{reader}: exit {code}, stderr:\n{err[-3000:]}"
+        assert str(bad / "report.json") in lines[0] and "Traceback" not in err, (reader, lines[0])
+    assert (bad / "report.json").read_bytes() == before
+    assert not (bad / "report.md").exists() and not (bad / "report.html").exists()
+    assert not (tmp_path / "merged").exists()
+
+
+def test_the_committed_reports_pass_the_readers_gate():
+    """The gate refuses nothing we write: every committed report.json loads."""
+    from oracle.compare.schema import load
+    for path in sorted((ROOT / "reports").glob("*/report.json")):
+        assert load(str(path))["results"], path

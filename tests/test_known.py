@@ -342,14 +342,20 @@ def test_bad_known_file_is_a_usage_error(tmp_path, capsys):
 # --- diff --------------------------------------------------------------------------------------
 
 def row(target, case, status="pass", dtype="float32", seed=0, reason="", **ratios):
-    return {"target": target, "case": case, "optimizer": "adamw", "dtype": dtype, "seed": seed, "status": status,
-            "reason": reason, "checks": {n: {"passed": r is not None and r <= 1, "worst_ratio": r if r is not None
-                                             else "inf"} for n, r in ratios.items()}}
+    """A result row as report.json holds it (valid against report.schema.json: diff reads only those)."""
+    def check(r):
+        return {"passed": r is not None and r <= 1, "compared": 1, "unbounded": 0,
+                "worst_ratio": r if r is not None else "inf", "worst_error_ulps": 0.0, "worst_bound_ulps": 1.0,
+                "power": 0.0, "note": "", "findings": []}
+    return {"target": target, "case": case, "optimizer": "adamw", "dtype": dtype, "hparams": [], "seed": seed,
+            "steps": 20, "status": status, "reason": reason or ("a check failed" if status == "fail" else ""),
+            "seconds": 0.0, "repro": "", "checks": {n: check(r) for n, r in ratios.items()}}
 
 
 def report(*rows):
-    return {"schema": "optimizer-oracle-report/1", "created": "2026-01-01T00:00:00Z",
-            "versions": {"torch": "2.13.0+cpu"}, "results": list(rows)}
+    return {"schema": "optimizer-oracle-report/2", "created": "2026-01-01T00:00:00Z", "complete": True,
+            "versions": {"python": "3.11", "torch": "2.13.0+cpu", "numpy": "2.0"},
+            "argv": ["python", "-m", "oracle.compare"], "summary": [], "results": list(rows)}
 
 
 OLD = report(

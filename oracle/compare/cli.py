@@ -148,14 +148,14 @@ def recorded_inferences(path: str) -> dict:
     """target name -> inference, from a report.json's "inferred" record (data we do not trust: each
     candidate must rebuild, or the run stops before any work)."""
     from .infer import lines
-    from .shard import REPORT_LIMIT
+    from .schema import load
     from .targets.declare import Candidate
-    from .untrusted import DataFileError, read_json
+    from .untrusted import DataFileError
     try:
-        doc = read_json(path, REPORT_LIMIT, "report")
+        doc = load(path)
     except DataFileError as exc:
         raise UsageError(f"--inferred-from {exc}") from None
-    found = doc.get("inferred") if isinstance(doc, dict) else None
+    found = doc.get("inferred")
     if not isinstance(found, list):
         raise UsageError(f"--inferred-from {path}: no \"inferred\" record (that run inferred nothing)")
     out = {}
@@ -651,8 +651,8 @@ def merge_main(argv) -> int:
                         "inside a shard report, which is data")
     args = p.parse_args(argv)
     try:
+        docs = [load(path) for path in args.reports]  # read first: bad data leaves no folder behind
         check_report_dir(args.report_dir)
-        docs = [load(path) for path in args.reports]
         results, run_argv, complete, run, seconds, versions = merge_docs(docs, args.report_dir)
         judge = Judge.from_option(args.known, run["device"])
     except (ShardError, UsageError, KnownFileError) as exc:

@@ -40,15 +40,12 @@ def load_report(path: str) -> dict:
     torn = verify(os.path.dirname(path) or ".")  # files beside manifest.json must be one run's
     if torn:
         raise DiffError(f"{path} is not one run's report: {'; '.join(torn)}")
-    from .shard import REPORT_LIMIT
-    from .untrusted import DataFileError, read_json
+    from .schema import load
+    from .untrusted import DataFileError
     try:
-        doc = read_json(path, REPORT_LIMIT, "report")
+        doc = load(path)
     except DataFileError as exc:
         raise DiffError(str(exc)) from None
-    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith(SCHEMA_PREFIX) \
-            or not isinstance(doc.get("results"), list):
-        raise DiffError(f"{path} is not an oracle.compare report (schema {SCHEMA_PREFIX}N with results[])")
     doc["_path"] = path
     return doc
 

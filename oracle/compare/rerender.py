@@ -12,17 +12,13 @@ import sys
 def render_folder(folder: str, wait: bool = False) -> str:
     from .publish import ReportLock, publish, recover
     from .report import SCHEMA, render
-    from .schema import upgrade
-    from .shard import REPORT_LIMIT
-    from .untrusted import DataFileError, read_json
+    from .schema import checked, read
     path = os.path.join(folder, "report.json")
     with ReportLock(folder, ["python", "-m", "oracle.compare", "render", folder], wait=wait):
         recover(folder)  # a journal left there is checked (and completed) before anything is read
-        doc = read_json(path, REPORT_LIMIT, "report")
-        if not isinstance(doc, dict):
-            raise DataFileError(f"{path}: not a report (a JSON object)")
-        was = doc.get("schema")
-        doc = upgrade(doc)
+        doc = read(path)
+        was = doc["schema"]
+        doc = checked(doc, path)  # upgraded from an older schema, and valid against the current one
         publish(folder, render(doc), meta={"report_schema": SCHEMA})
     return f"{folder}: report.md, report.html" + (f" (report.json upgraded from {was})" if was != doc["schema"] else "")
 
@@ -34,10 +30,14 @@ def main(argv=None) -> int:
     p.add_argument("--wait", action="store_true", help="wait for a run writing into a folder instead of refusing")
     args = p.parse_args(argv)
     from .publish import ReportDirError
+    from .untrusted import DataFileError
     code = 0
     for folder in args.folders:
         try:
             print(render_folder(folder, args.wait))
+        except DataFileError as exc:  # it names the file
+            print(f"error: {exc}", file=sys.stderr)
+            code = 2
         except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, ReportDirError) as exc:
             print(f"error: {folder}: {exc}", file=sys.stderr)
             code = 2

@@ -34,7 +34,6 @@ class ShardError(ValueError):
 
 
 MAX_SHARDS = 4096  # more shards than any sweep has jobs: a larger N is a typo (and would plan in vain)
-REPORT_LIMIT = 512 << 20  # bytes of one report.json read back (today's largest sweep writes a few MB)
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -194,14 +193,15 @@ def _histogram(d) -> dict:
 
 
 def load(path: str) -> dict:
-    from .untrusted import DataFileError, read_json
+    from .schema import load as load_report
+    from .untrusted import DataFileError
     if os.path.isdir(path):
         path = os.path.join(path, "report.json")
     try:
-        doc = read_json(path, REPORT_LIMIT, "shard report")
+        doc = load_report(path, "shard report")
     except DataFileError as exc:
         raise ShardError(str(exc)) from None
-    if not isinstance(doc, dict) or "shard" not in doc:
+    if "shard" not in doc:
         raise ShardError(f"{path}: not a shard report (no 'shard' key: was it run with --shard K/N?)")
     _check_shard_doc(doc, path)
     doc["_path"] = path
