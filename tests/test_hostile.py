@@ -369,3 +369,30 @@ def test_a_target_signalling_its_parent_costs_one_row(tmp_path, impl):
     assert status == {f"impl:tests.broken.signalling:{impl}": "error", "torch.adamw.forloop": "pass"}, status
     [row] = [r for r in doc["results"] if r["status"] == "error"]
     assert "worker died with signal" in row["reason"], row["reason"]
+
+
+def test_a_disk_that_fills_during_the_run_keeps_the_results_elsewhere(tmp_path, monkeypatch, capsys):
+    """The folder passed its checks before the work; the final write then fails (ENOSPC, as on a disk
+    that filled during the run). The results go to a file in the temporary folder, the message says
+    where and how to render it, the previous report stays, and the exit status is 2."""
+    import errno
+
+    from oracle.compare import publish, schema
+    from oracle.compare.cli import main
+    folder = previous_report(tmp_path / "rep")
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spare))
+    monkeypatch.setattr("tempfile.tempdir", None)  # TMPDIR read again
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(publish, "publish", full)
+    assert main([*ONE_CASE, "--target", "torch.adamw.forloop", "--report-dir", str(folder)]) == 2
+    err = capsys.readouterr().err
+    [saved] = list(spare.glob("oracle-compare-report-*.json"))
+    assert f"the report could not be written into {folder}: No space left on device; the results were saved to " \
+           f"{saved}" in err, err
+    doc = schema.load(str(saved))  # a whole report: `render` takes it
+    assert [(r["target"], r["status"]) for r in doc["results"]] == [("torch.adamw.forloop", "pass")]
+    assert intact(folder)

@@ -624,6 +624,12 @@ def _finish(args, argv, judge, results, row_jobs, complete, t0, shard_meta, inte
         if args.junit_xml:
             from .junit import write as write_junit
             write_junit(args.junit_xml, doc)
+    except report.ReportNotWritten as exc:
+        return not_written(exc, args, results, judge, done, total, t0)
+    except OSError as exc:  # the report is written; only the JUnit file failed
+        print(f"error: --junit-xml {args.junit_xml} could not be written ({exc.strerror or exc}); the report "
+              f"is in {args.report_dir}", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         lock.release()
     print("\n".join(outcome(results, doc, judge, args, done, total, time.perf_counter() - t0)))
@@ -632,6 +638,20 @@ def _finish(args, argv, judge, results, row_jobs, complete, t0, shard_meta, inte
     if not complete or interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK if judge.exit_ok(results) else EXIT_MISMATCH
+
+
+def not_written(exc, args, results, judge, done, total, t0) -> int:
+    """The final write failed after the work (a disk that filled): the outcome as usual, then where the
+    results went instead; exit 2, since the report the command promised is not there."""
+    from .console import outcome
+    print("\n".join(outcome(results, exc.doc, judge, args, done, total, time.perf_counter() - t0)))
+    if exc.saved:
+        print(f"error: {exc}; the results were saved to {exc.saved} (copy it into a folder as report.json and "
+              f"run `python -m oracle.compare render FOLDER` for report.md and report.html)", file=sys.stderr)
+    else:
+        print(f"error: {exc}; no other place took the results either (the temporary and home folders "
+              f"failed too)", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def merge_main(argv) -> int:
@@ -666,7 +686,12 @@ def merge_main(argv) -> int:
         inferred = next((d["inferred"] for d in docs if d.get("inferred")), None)
         if inferred:  # every shard infers the same (same seed, same probes): the first one's
             extra["inferred"] = inferred
-        doc = report.write(args.report_dir, results, run_argv, complete, run["device"], extra)
+        try:
+            doc = report.write(args.report_dir, results, run_argv, complete, run["device"], extra)
+        except report.ReportNotWritten as exc:
+            print(f"error: {exc}; " + (f"the merged results were saved to {exc.saved}" if exc.saved
+                                       else "no other place took the merged results either"), file=sys.stderr)
+            return EXIT_USAGE
     print("\n".join(judge.lines()))
     print(report.summary_table(report.summarize(results)))
     print(f"\nmerged {len(args.reports)} shards -> {report.counts_text(doc['counts'])}; "

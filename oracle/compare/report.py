@@ -11,6 +11,7 @@ oracle.compare.html.render(doc)), so both can be rebuilt from a report.json.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -204,16 +205,48 @@ def render(doc: dict, html: bool = True) -> dict:
     return files
 
 
+class ReportNotWritten(OSError):
+    """The final write into the report folder failed (a disk that filled during the run): `doc` is
+    the report, `saved` where its report.json was saved instead (None when nowhere could take it)."""
+
+    def __init__(self, report_dir: str, cause: OSError, doc: dict, saved: str | None):
+        super().__init__(cause.errno, f"the report could not be written into {report_dir}: "
+                                      f"{cause.strerror or cause}")
+        self.doc, self.saved = doc, saved
+
+
+def save_fallback(doc: dict, folders=None) -> str | None:
+    """report.json alone, compact, in a new file of the temporary folder (else the home folder): the
+    path, or None when neither takes it. `render` rebuilds the rest from it."""
+    for folder in folders or (tempfile.gettempdir(), os.path.expanduser("~")):
+        path = None
+        try:
+            fd, path = tempfile.mkstemp(prefix="oracle-compare-report-", suffix=".json", dir=folder)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh, separators=(",", ":"))
+            return path
+        except OSError:
+            if path:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+    return None
+
+
 def write(report_dir: str, results, argv, complete: bool, device: str, extra: dict | None = None,
           lock: bool = True) -> dict:
     """Write report.json, report.md and report.html into `report_dir` as one unit
-    (oracle.compare.publish); `lock=False` when the caller already holds the folder's ReportLock."""
+    (oracle.compare.publish); `lock=False` when the caller already holds the folder's ReportLock.
+    A write that fails (the folder was checked before the work, so: a disk that filled since) saves
+    report.json elsewhere and raises ReportNotWritten saying where."""
     from .publish import ReportLock, publish
     doc = document(results, argv, complete, device, extra)
     files = render(doc)
-    if lock:
-        with ReportLock(report_dir, argv):
+    try:
+        if lock:
+            with ReportLock(report_dir, argv):
+                publish(report_dir, files, meta={"report_schema": SCHEMA})
+        else:
             publish(report_dir, files, meta={"report_schema": SCHEMA})
-    else:
-        publish(report_dir, files, meta={"report_schema": SCHEMA})
+    except OSError as exc:
+        raise ReportNotWritten(report_dir, exc, doc, save_fallback(doc)) from exc
     return doc
