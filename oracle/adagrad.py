@@ -171,4 +171,6 @@ FORMS = {
 SPECS = (OptimizerSpec(name="adagrad", step=step, validate=validate, convention=TORCH_ADAGRAD, state_keys=("sum",), defaults=DEFAULTS, forms=FORMS,
                        options=frozenset({"lr_decay", "initial_accumulator_value", "maximize"}),
                        eager_state={"sum": "initial_accumulator_value"}, counter_hparams=("lr_decay",),
-                       summary="Adagrad (torch.optim.Adagrad)"),)
+                       summary="Adagrad (torch.optim.Adagrad)",
+                       presets={"torch.adagrad": TORCH_ADAGRAD, "optax.adagrad": OPTAX_ADAGRAD,
+                                "deepspeed.cpu_adagrad": DEEPSPEED_ADAGRAD}),)

@@ -425,12 +425,18 @@ DECAY_FORMS = {
 }
 
 
-def _spec(name, conv, summary):
+def _spec(name, conv, summary, presets):
     return OptimizerSpec(name=name, step=step, validate=validate, convention=conv, state_keys=("exp_avg", "exp_avg_sq"),
                          defaults=DEFAULTS, options=frozenset({"amsgrad", "maximize", "eps_root", "momentum_decay"}),
                          optional_state={"max_exp_avg_sq": "amsgrad"}, summary=summary,
-                         forms={**FORMS, "decay": DECAY_FORMS[name]})
+                         forms={**FORMS, "decay": DECAY_FORMS[name]}, presets=presets)
 
 
-SPECS = (_spec("adam", TORCH_ADAM, "Adam, L2 decay (torch.optim.Adam)"),
-         _spec("adamw", TORCH_ADAMW, "AdamW, decoupled decay (torch.optim.AdamW)"))
+SPECS = (_spec("adam", TORCH_ADAM, "Adam, L2 decay (torch.optim.Adam)",
+               {"torch.adam": TORCH_ADAM, "torch.nadam": TORCH_NADAM, "optax.adam": OPTAX_ADAM,
+                "optax.amsgrad": OPTAX_AMSGRAD, "optax.amsgrad.nu_uncorrected": OPTAX_AMSGRAD_NU_UNCORRECTED,
+                "optax.nadam": OPTAX_NADAM}),
+         _spec("adamw", TORCH_ADAMW, "AdamW, decoupled decay (torch.optim.AdamW)",
+               {"torch.adamw": TORCH_ADAMW, "torch.nadamw": TORCH_NADAMW, "optax.adamw": OPTAX_ADAMW,
+                "optax.nadamw": OPTAX_NADAMW, "keras.adamw": KERAS_ADAMW, "transformers.adamw": TRANSFORMERS_ADAMW,
+                "apex.adamw": APEX_ADAMW}))

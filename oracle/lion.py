@@ -137,4 +137,5 @@ FORMS = {
 
 SPECS = (OptimizerSpec(name="lion", step=step, validate=validate, convention=REFERENCE_LION, forms=FORMS,
                        state_keys=("exp_avg",), defaults=DEFAULTS, options=frozenset({"maximize"}),
-                       summary="Lion, sign of an interpolated momentum (Chen et al. 2023)"),)
+                       summary="Lion, sign of an interpolated momentum (Chen et al. 2023)",
+                       presets={"reference.lion": REFERENCE_LION, "deepspeed.cpu_lion": DEEPSPEED_LION}),)

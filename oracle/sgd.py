@@ -145,4 +145,5 @@ FORMS = {
 SPECS = (OptimizerSpec(name="sgd", step=step, validate=validate, convention=TORCH_SGD, state_keys=(), forms=FORMS,
                        defaults=DEFAULTS, options=frozenset({"dampening", "nesterov", "maximize"}),
                        optional_state={"momentum_buffer": "momentum"},
-                       summary="SGD with momentum (torch.optim.SGD)"),)
+                       summary="SGD with momentum (torch.optim.SGD)",
+                       presets={"torch.sgd": TORCH_SGD, "decoupled.sgd": DECOUPLED_SGD}),)

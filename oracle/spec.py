@@ -42,6 +42,9 @@ class OptimizerSpec:
     counter_hparams: hyperparameters whose effect depends on the step counter
                  (lr_decay), so the long-horizon scenario can exercise them.
     reference / forms: see oracle.forms.
+    presets:     named conventions real libraries follow, {name: convention} (what inference chooses
+                 among and a report can name: oracle.compare.targets.conventions.catalog). A library
+                 whose evidence lives in its target module declares its own there (PRESETS).
     """
 
     name: str
@@ -59,6 +62,7 @@ class OptimizerSpec:
     # it (oracle.forms: equivalent, variant with its citation, or deviation). None: `convention`.
     reference: object = None
     forms: dict = field(default_factory=dict)
+    presets: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.reference is None:
@@ -71,10 +75,15 @@ class OptimizerSpec:
 
 
 def _declares_specs(info) -> bool:
-    """Whether a module of this package assigns SPECS at module level (`SPECS = ...`, `SPECS: tuple =
-    ...`, `SPECS += ...`), read from its parsed source without importing it: the package also holds
-    entry points (oracle.testing, oracle.pytest_plugin) whose imports (pytest) a plain `import oracle`
-    must not need."""
+    """Whether a module of this package assigns SPECS at module level: the package also holds entry
+    points (oracle.testing, oracle.pytest_plugin) whose imports (pytest) a plain `import oracle` must
+    not need."""
+    return assigns(info, "SPECS")
+
+
+def assigns(info, name: str) -> bool:
+    """Whether the module `info` (pkgutil.ModuleInfo) assigns `name` at module level (`X = ...`,
+    `X: tuple = ...`, `X += ...`), read from its parsed source without importing it."""
     import ast
     spec = info.module_finder.find_spec(info.name)
     origin = getattr(spec, "origin", None)
@@ -85,7 +94,7 @@ def _declares_specs(info) -> bool:
         return True  # no readable source (or not parseable here): import it and look
     for node in tree.body:
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        if any(isinstance(t, ast.Name) and t.id == "SPECS" for t in targets):
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return True
     return False
 
@@ -105,4 +114,4 @@ def registry() -> dict[str, OptimizerSpec]:
     return out
 
 
-__all__ = ["OptimizerSpec", "registry"]
+__all__ = ["OptimizerSpec", "assigns", "registry"]

@@ -127,3 +127,27 @@ def test_an_earlier_runs_inference_does_not_judge_the_next(tmp_path):
     assert main([*argv, "--report-dir", str(tmp_path / "a")]) == 0  # inferred: storage arithmetic
     assert ENV not in os.environ
     assert main([*argv, "--no-infer", "--report-dir", str(tmp_path / "b")]) == 1  # judged as declared
+
+
+def test_the_catalog_is_derived_from_the_specs_and_the_library_modules(monkeypatch):
+    """No list names optimizers: each spec brings its presets, each target module declaring PRESETS
+    brings its library's, and an optimizer with none is still a candidate by its reference form."""
+    from dataclasses import replace
+
+    import oracle
+    from oracle.compare.targets import conventions
+    whole = conventions.catalog()
+    for spec in oracle.SPECS.values():
+        assert {n for n, (o, _) in whole.items() if o == spec.name} >= set(spec.presets), spec.name
+    libraries = {m.__name__.rsplit(".", 1)[1] for m in conventions.library_modules()}
+    assert libraries == {"deepspeed", "extra", "gpu"}
+    assert whole["torch.adagrad"] == whole["bitsandbytes.adagrad"]  # same convention: the spec's name wins
+    assert conventions.named("adagrad", whole["torch.adagrad"][1]) == "torch.adagrad"
+    bare = replace(oracle.SPECS["sgd"], presets={})
+    monkeypatch.setitem(oracle.SPECS, "sgd", bare)
+    conventions._catalog.cache_clear()
+    try:
+        sgd = {n: c for n, (o, c) in conventions.catalog().items() if o == "sgd"}
+        assert sgd == {"sgd.reference": bare.reference}
+    finally:
+        conventions._catalog.cache_clear()

@@ -42,8 +42,16 @@ MATRIX_DTYPES = ("float32", "bfloat16")
 DEFAULTS_DTYPES = ("float16",)
 DEFAULT_SKIP_SCENARIOS = ("rank_skew", "ddp_bucket_view", "zero_redundancy", "fsdp2", "fsdp2_layers", "fsdp2_bf16",
                           "dcp_reshard")
-TORCH_REFERENCES = ("torch.adamw.forloop", "torch.adam.forloop", "torch.adagrad.forloop", "torch.adamw.fused",
-                    "torch.sgd.forloop")
+
+
+def torch_references() -> list[str]:
+    """torch's own implementations the gate must pass (no false positive): the forloop path of every
+    optimizer torch has (its comparison record names a torch class), and the fused path of the CLI's
+    default optimizer, the one most users run."""
+    from oracle.compare.cli import DEFAULT_OPTIMIZER
+    from oracle.compare.optimizers import records
+    with_torch = [name for name, rec in records().items() if rec.torch_class]
+    return [f"torch.{name}.forloop" for name in with_torch] + [f"torch.{DEFAULT_OPTIMIZER}.fused"]
 
 
 @dataclass
@@ -103,7 +111,7 @@ def entries() -> list[Entry]:
     for cls in CONTROLS:
         out.append(Entry(cls.__name__, "control", cls.ORACLE_OPTIMIZER,
                          description=(cls.__doc__ or "").strip().split("\n")[0], cls=cls))
-    for name in TORCH_REFERENCES:
+    for name in torch_references():
         out.append(Entry(name, "reference", name.split(".")[1], description="torch's own implementation",
                          builtin=name))
     return out

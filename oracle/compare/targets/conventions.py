@@ -13,50 +13,49 @@ explain the very defect that option describes (the mutation gate, run with
 """
 from __future__ import annotations
 
+import functools
+
 
 def catalog() -> dict[str, tuple[str, object]]:
-    """preset name -> (oracle optimizer, convention)."""
-    from oracle import adagrad, adam, lamb, lion, sgd
+    """preset name -> (oracle optimizer, convention): every spec's own presets (OptimizerSpec.presets),
+    then those of the target modules of this package that declare PRESETS (a library's evidence
+    lives there), in module order. An optimizer with no preset at all is represented by its reference
+    form, "<name>.reference", so that inference always has a candidate."""
+    return dict(_catalog())
 
-    from . import deepspeed, extra, gpu
-    return {
-        "torch.adam": ("adam", adam.TORCH_ADAM),
-        "torch.adamw": ("adamw", adam.TORCH_ADAMW),
-        "torch.nadam": ("adam", adam.TORCH_NADAM),
-        "torch.nadamw": ("adamw", adam.TORCH_NADAMW),
-        "optax.adam": ("adam", adam.OPTAX_ADAM),
-        "optax.adamw": ("adamw", adam.OPTAX_ADAMW),
-        "optax.amsgrad": ("adam", adam.OPTAX_AMSGRAD),
-        "optax.amsgrad.nu_uncorrected": ("adam", adam.OPTAX_AMSGRAD_NU_UNCORRECTED),
-        "optax.nadam": ("adam", adam.OPTAX_NADAM),
-        "optax.nadamw": ("adamw", adam.OPTAX_NADAMW),
-        "keras.adamw": ("adamw", adam.KERAS_ADAMW),
-        "transformers.adamw": ("adamw", adam.TRANSFORMERS_ADAMW),
-        "apex.adamw": ("adamw", adam.APEX_ADAMW),
-        "apex.adam": ("adam", gpu.APEX_ADAM),
-        "deepspeed.cpu_adam.adamw": ("adamw", deepspeed.DS_CPU_ADAMW),
-        "deepspeed.cpu_adam.adam": ("adam", deepspeed.DS_CPU_ADAM),
-        "deepspeed.cuda.adamw": ("adamw", gpu.DS_CUDA_ADAMW),
-        "deepspeed.cuda.adam": ("adam", gpu.DS_CUDA_ADAM),
-        "bitsandbytes.adam": ("adam", extra.BNB_ADAM),
-        "torchao.adamw": ("adamw", extra.TORCHAO_ADAMW),
-        "torch.adagrad": ("adagrad", adagrad.TORCH_ADAGRAD),
-        "optax.adagrad": ("adagrad", adagrad.OPTAX_ADAGRAD),
-        "deepspeed.cpu_adagrad": ("adagrad", adagrad.DEEPSPEED_ADAGRAD),
-        "apex.adagrad": ("adagrad", gpu.APEX_ADAGRAD),
-        "apex.adagrad_w": ("adagrad", gpu.APEX_ADAGRAD_W),
-        "bitsandbytes.adagrad": ("adagrad", extra.BNB_ADAGRAD),
-        "apex.lamb": ("lamb", lamb.APEX_LAMB),
-        "nvlamb": ("lamb", lamb.NVLAMB),
-        "paper.lamb": ("lamb", lamb.PAPER_LAMB),
-        "deepspeed.lamb": ("lamb", lamb.DEEPSPEED_LAMB),
-        "pytorch_optimizer.lamb": ("lamb", lamb.PYTORCH_OPTIMIZER_LAMB),
-        "optax.lamb": ("lamb", lamb.OPTAX_LAMB),
-        "torch.sgd": ("sgd", sgd.TORCH_SGD),
-        "decoupled.sgd": ("sgd", sgd.DECOUPLED_SGD),
-        "reference.lion": ("lion", lion.REFERENCE_LION),
-        "deepspeed.cpu_lion": ("lion", lion.DEEPSPEED_LION),
-    }
+
+@functools.lru_cache(maxsize=1)
+def _catalog() -> tuple:
+    import oracle
+    out: dict = {}
+    for spec in oracle.SPECS.values():
+        for name, conv in spec.presets.items():
+            _add(out, name, (spec.name, conv), f"oracle spec {spec.name!r}")
+    for module in library_modules():
+        for name, (optimizer, conv) in module.PRESETS.items():
+            _add(out, name, (optimizer, conv), module.__name__)
+    for spec in oracle.SPECS.values():
+        if not any(opt == spec.name for opt, _ in out.values()):
+            out[f"{spec.name}.reference"] = (spec.name, spec.reference)
+    return tuple(out.items())
+
+
+def _add(out: dict, name: str, entry: tuple, where: str) -> None:
+    if name in out:
+        raise RuntimeError(f"convention preset {name!r} is named twice (again in {where})")
+    out[name] = entry
+
+
+def library_modules() -> list:
+    """The modules of this package that assign PRESETS (found from their source, then imported)."""
+    import importlib
+    import pkgutil
+
+    from oracle.spec import assigns
+
+    from .. import targets
+    return [importlib.import_module(f"{targets.__name__}.{info.name}") for info in pkgutil.iter_modules(targets.__path__)
+            if not info.ispkg and assigns(info, "PRESETS")]
 
 
 def named(optimizer: str, convention) -> str | None:
@@ -64,4 +63,4 @@ def named(optimizer: str, convention) -> str | None:
     return next((name for name, (opt, conv) in catalog().items() if opt == optimizer and conv == convention), None)
 
 
-__all__ = ["catalog", "named"]
+__all__ = ["catalog", "library_modules", "named"]

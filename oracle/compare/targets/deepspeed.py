@@ -108,6 +108,8 @@ DS_CPU_ADAMW = AdamConvention(decay="decoupled", eps_mode="outside", bias_correc
 DS_CPU_ADAM = AdamConvention(decay="l2", eps_mode="outside", bias_correction=True, counter="param",
                              fp32_hparams=True)
 DS_CPU_ADAGRAD = DEEPSPEED_ADAGRAD
+# this library's named conventions (targets.conventions.catalog): preset -> (optimizer, convention)
+PRESETS = {"deepspeed.cpu_adam.adamw": ("adamw", DS_CPU_ADAMW), "deepspeed.cpu_adam.adam": ("adam", DS_CPU_ADAM)}
 
 # shm_comm: the shared-memory allreduce every deepspeed.init_distributed on the CPU accelerator loads.
 OPS = ("cpu_adam", "cpu_adagrad", "fused_adam", "cpu_lion", "shm_comm")

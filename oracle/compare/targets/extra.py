@@ -83,6 +83,9 @@ BNB_ADAGRAD = AdagradConvention(decay="l2", eps_mode="outside", counter="param")
 # the step counter is a float32 tensor, as torch's (torchao/optim/adam.py keeps state["step"] float32)
 TORCHAO_ADAMW = AdamConvention(decay="decoupled", eps_mode="outside", bias_correction=True, counter="param",
                                bias_correction_precision="compute", counter_format="float32")
+# these libraries' named conventions (targets.conventions.catalog): preset -> (optimizer, convention)
+PRESETS = {"bitsandbytes.adam": ("adam", BNB_ADAM), "torchao.adamw": ("adamw", TORCHAO_ADAMW),
+           "bitsandbytes.adagrad": ("adagrad", BNB_ADAGRAD)}
 
 INSTALL = "pip install --no-deps 'bitsandbytes>=0.50,<0.51' 'torchao>=0.18,<0.19'"
 

@@ -123,6 +123,10 @@ DS_CUDA_ADAMW = AdamConvention(decay="decoupled_update", eps_mode="outside_corre
                                fp32_hparams=True)
 DS_CUDA_ADAM = AdamConvention(decay="l2", eps_mode="outside_corrected", counter="param", fp32_hparams=True,
                               zero_decay="add")
+# these libraries' named conventions (targets.conventions.catalog): preset -> (optimizer, convention)
+PRESETS = {"apex.adam": ("adam", APEX_ADAM), "deepspeed.cuda.adamw": ("adamw", DS_CUDA_ADAMW),
+           "deepspeed.cuda.adam": ("adam", DS_CUDA_ADAM), "apex.adagrad": ("adagrad", APEX_ADAGRAD),
+           "apex.adagrad_w": ("adagrad", APEX_ADAGRAD_W)}
 
 ADAM_KEYS = {"lr", "betas", "eps", "weight_decay", "bias_correction"}
 ADAGRAD_KEYS = {"lr", "eps", "weight_decay"}
