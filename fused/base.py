@@ -95,6 +95,12 @@ def host_value(x):
     return x.item() if isinstance(x, torch.Tensor) else x
 
 
+def _wrapper_subclass(p: torch.Tensor) -> bool:
+    """A tensor subclass that dispatches its ops itself (FSDP2's DTensor, a quantized tensor): its data
+    is not the storage behind data_ptr(). Plain tensors, parameters and buffers dispatch as torch.Tensor."""
+    return type(p).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__
+
+
 @dataclass
 class Scaling:
     """Grad scaling for one step: grads are multiplied by inv_scale, and
@@ -216,6 +222,11 @@ class FusedOptimizer(torch.optim.Optimizer):
                                  f"(float32, float16, bfloat16)")
             if p.is_sparse:
                 raise ValueError(f"group {gi} param {i}: sparse params are not supported")
+            if _wrapper_subclass(p):
+                # a wrapper subclass (FSDP2's DTensor) has no storage of its own behind data_ptr(): the
+                # kernels would read and write through a null or foreign pointer (it segfaulted)
+                raise TypeError(f"group {gi} param {i}: {type(p).__name__} params are not supported: the kernels "
+                                f"read the tensor's own storage (for FSDP2, step the local shards)")
 
     def _check_common(self, gi: int, group: dict) -> None:
         for key in ("maximize", "amsgrad"):

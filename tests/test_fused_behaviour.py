@@ -278,3 +278,29 @@ class TestStorageConversions:
         assert torch.equal(got.isnan(), nan)
         mismatch = (got.view(torch.int16) != want.view(torch.int16)) & ~nan
         assert not mismatch.any(), f"{int(mismatch.sum())} mismatches, e.g. {x[mismatch][:4].tolist()}"
+
+
+class _Wrapped(torch.Tensor):
+    """A wrapper tensor subclass (as FSDP2's DTensor is): its data is not behind its own data_ptr()."""
+
+    @staticmethod
+    def __new__(cls, t):
+        return torch.Tensor._make_wrapper_subclass(cls, t.shape, dtype=t.dtype, device=t.device)
+
+    def __init__(self, t):
+        self.t = t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return func(*[a.t if isinstance(a, _Wrapped) else a for a in args], **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", sorted(__import__("fused").OPTIMIZERS))
+def test_wrapper_subclass_params_are_refused_at_construction(name):
+    """Our kernels read a param's own storage: a DTensor (FSDP2) param segfaulted them in the wrapped
+    scenarios. Such params are a TypeError naming the param; plain tensors and Parameters still work."""
+    from fused import OPTIMIZERS
+    cls, kwargs = OPTIMIZERS[name]
+    with pytest.raises(TypeError, match="group 0 param 0: _Wrapped params are not supported"):
+        cls([_Wrapped(torch.zeros(3))], **kwargs)
+    cls([torch.nn.Parameter(torch.zeros(3))], **kwargs)

@@ -166,3 +166,17 @@ def test_a_process_with_its_own_default_group_spawns_the_ranks():
     assert out.returncode == 0, out.stderr[-3000:]
     status, _, rest = out.stdout.strip().splitlines()[-1].partition(" ")
     assert status == "fail" and "group 1 step" in rest, out.stdout[-3000:]
+
+
+@pytest.mark.parametrize("wrapper", sorted(w for w, spec in WRAPPERS.items() if spec.dtensor))
+def test_a_target_that_cannot_take_dtensors_is_skipped_by_the_dtensor_wrappers_naming_why(wrapper):
+    """FSDP2 hands the optimizer DTensor params; our fused kernels (and DeepSpeed's, bitsandbytes') read
+    raw storage: they are skipped there, with the target's own reason, before any rank starts."""
+    r = S.SCENARIOS[wrapper].run(find("fused.adamw"), "cpu", 0, worlds=(1,))
+    assert r.status == "skip", (r.status, r.reason)
+    assert f"{wrapper} hands the optimizer DTensor params, and fused.adamw cannot take them" in r.reason
+    assert r.seconds < 5  # no rank was launched
+
+
+def test_the_wrappers_that_hand_out_plain_tensors_still_run_every_target():
+    assert {w for w, spec in WRAPPERS.items() if not spec.dtensor} == {"ddp_bucket_view", "zero_redundancy"}

@@ -221,6 +221,7 @@ class DistWrapper:
     worlds: tuple = (1, 2, 4)
     # (source world, destination world): checkpoint saved at one, continued at the other
     reshards: tuple = ((4, 2), (4, 1), (1, 4))
+    dtensor: bool = False  # the optimizer is handed DTensor params (FSDP2)
 
 
 def _positions(module_groups, inner_groups) -> list:
@@ -346,14 +347,14 @@ WRAPPERS = {
     "ddp_bucket_view": DistWrapper("ddp_bucket_view", "DDP(gradient_as_bucket_view=True), small buckets", build_ddp),
     "zero_redundancy": DistWrapper("zero_redundancy", "ZeroRedundancyOptimizer (ZeRO-1) over DDP", build_zero),
     "fsdp2": DistWrapper("fsdp2", "FSDP2 fully_shard of the root only, fp32",
-                         fsdp2_builder(per_layer=False, bf16=False, dcp=False)),
+                         fsdp2_builder(per_layer=False, bf16=False, dcp=False), dtensor=True),
     "fsdp2_layers": DistWrapper("fsdp2_layers", "FSDP2 fully_shard per layer and root, fp32",
-                                fsdp2_builder(per_layer=True, bf16=False, dcp=False)),
+                                fsdp2_builder(per_layer=True, bf16=False, dcp=False), dtensor=True),
     "fsdp2_bf16": DistWrapper("fsdp2_bf16", "FSDP2 per layer, MixedPrecisionPolicy(bf16 params, fp32 reduce)",
-                              fsdp2_builder(per_layer=True, bf16=True, dcp=False)),
+                              fsdp2_builder(per_layer=True, bf16=True, dcp=False), dtensor=True),
     "dcp_reshard": DistWrapper("dcp_reshard", "FSDP2 per layer, torch.distributed.checkpoint sharded save/load",
                                fsdp2_builder(per_layer=True, bf16=False, dcp=True),
-                               reshards=((4, 2), (4, 1), (2, 4), (1, 4))),
+                               reshards=((4, 2), (4, 1), (2, 4), (1, 4)), dtensor=True),
 }
 
 # Wrappers the task names that are not run (yet), with why: the report and docs carry this text.

@@ -48,6 +48,8 @@ def deepspeed_lion_targets() -> list:
 
     return [Target(name="deepspeed.cpu_lion", optimizer="lion", make=make, convention=DEEPSPEED_LION,
                    devices=("cpu",), compute="float32", state_dtype="float32", requires=requires,
+                   no_dtensor="DeepSpeed's CPU op reads each param's raw storage (a DTensor param crashed the rank "
+                              "with SIGSEGV)",
                    notes="DeepSpeedCPULion: copysign sign, per-param int counter, float32 hyperparameters")]
 
 

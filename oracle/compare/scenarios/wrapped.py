@@ -47,6 +47,8 @@ def run_wrapped(target, device="cpu", seed=0, wrapper="ddp_bucket_view", worlds=
         reason = "the wrapped scenario runs gloo ranks on CPU"
     if reason is None and not torch.distributed.is_available():
         reason = "torch.distributed is not available in this torch build"
+    if reason is None and spec.dtensor and target.no_dtensor:
+        reason = f"{wrapper} hands the optimizer DTensor params, and {target.name} cannot take them: {target.no_dtensor}"
     if reason:
         return skip(result, reason)
     checks: dict = {}

@@ -57,6 +57,9 @@ class Target:
     # scenarios marked engine=True, with this description of itself.
     engine: "EngineSpec | None" = None
     threads: int = 1  # torch/OpenMP threads a worker runs this target's jobs with (workers default to one)
+    # why this target's step cannot take DTensor params (FSDP2's), "" when it can: the scenarios whose
+    # wrapper hands the optimizer DTensors (fsdp2*, dcp_reshard) skip it, naming this
+    no_dtensor: str = ""
     # its conventions are not declared but inferred before it is judged (oracle.compare.infer): an
     # outside optimizer; `convention` etc. are then only the starting point
     infer: bool = False

@@ -391,7 +391,9 @@ def deepspeed_targets() -> list[Target]:
                   "(cpu_adam.py:106-108); non-contiguous params are silently not updated (ds_adam_step "
                   "uses .contiguous() copies)")
     common = dict(devices=("cpu",), dtypes=("float32", "bfloat16", "float16"), compute="float32",
-                  masters=False, options=frozenset(), state_dtype="float32")
+                  masters=False, options=frozenset(), state_dtype="float32",
+                  no_dtensor="DeepSpeed's CPU ops read each param's raw storage (a DTensor param crashed the rank "
+                             "with SIGSEGV)")
     return [
         Target(name="deepspeed.cpu_adam.adamw", optimizer="adamw", convention=DS_CPU_ADAMW,
                make=_make("deepspeed.ops.adam.DeepSpeedCPUAdam", "adam", "cpu_adam", adamw_mode=True),

@@ -191,7 +191,9 @@ def extra_targets() -> list[Target]:
     adam_keys = {"lr", "betas", "eps", "weight_decay"}
     bnb_common = dict(devices=("cpu",), dtypes=("float32", "bfloat16", "float16"), compute="float32",
                       masters=False, state_dtype="float32", options=frozenset(),
-                      requires=_cpu_only(bnb_unavailable))
+                      requires=_cpu_only(bnb_unavailable),
+                      no_dtensor="its update is one custom op (bitsandbytes.optimizer_update_32bit) with no DTensor "
+                                 "sharding rule (NotImplementedError)")
     adam_names = (("state1", "exp_avg"), ("state2", "exp_avg_sq"))
     bnb_adam_notes = ("; CPU kernel backends/cpu/ops.py:345-451: fp32 math on copies, p rounded once "
                       "on store; decay p *= 1-lr*wd before the update for BOTH Adam32bit and AdamW32bit "
