@@ -180,3 +180,24 @@ def test_a_target_that_cannot_take_dtensors_is_skipped_by_the_dtensor_wrappers_n
 
 def test_the_wrappers_that_hand_out_plain_tensors_still_run_every_target():
     assert {w for w, spec in WRAPPERS.items() if not spec.dtensor} == {"ddp_bucket_view", "zero_redundancy"}
+
+
+def test_torch_fused_paths_without_a_dtensor_rule_say_so():
+    """torch 2.13 has DTensor rules for _fused_adam(w)_ but none for _fused_adagrad_ or _fused_sgd_: the
+    records say which (the error it raised is in the reason), the other torch paths take DTensors."""
+    from oracle.compare.registry import every_target
+    refusing = {t.name for t in every_target() if t.name.startswith("torch.") and t.no_dtensor}
+    assert refusing == {"torch.adagrad.fused", "torch.sgd.fused"}
+    assert "aten._fused_sgd_" in find("torch.sgd.fused").no_dtensor
+
+
+def test_the_dtensor_rules_torch_registers_are_the_ones_the_records_assume():
+    """The records' statement checked against torch itself (its DTensor op registry): the fused Adam
+    ops have a sharding rule, the fused Adagrad and SGD ops have none."""
+    import torch.distributed.tensor._ops  # noqa: F401 - registers the rules
+    from torch.distributed.tensor import DTensor
+    prop = DTensor._op_dispatcher.sharding_propagator
+    ruled = {str(op) for attr in ("op_strategy_funcs", "op_to_rules", "op_single_dim_strategy_funcs")
+             for op in getattr(prop, attr, {})}
+    assert "aten._fused_adam_.default" in ruled and "aten._fused_adamw_.default" in ruled
+    assert "aten._fused_adagrad_.default" not in ruled and "aten._fused_sgd_.default" not in ruled

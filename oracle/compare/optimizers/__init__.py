@@ -48,6 +48,8 @@ class CompareRecord:
     torch_fused_compute: the compute precision torch's fused path is judged
                     by ("float32" = fp32 math rounded on store), with a reason
                     next to it wherever it is not.
+    torch_fused_no_dtensor: why torch's fused path cannot take DTensor params
+                    (FSDP2's), "" when it can (Target.no_dtensor).
     extra_targets:  a function returning further targets this optimizer alone
                     brings (a library op with no other home).
     """
@@ -59,6 +61,7 @@ class CompareRecord:
     fp16: Fp16Policy = Fp16Policy()
     torch_class: str | None = None
     torch_fused_compute: str = "float32"
+    torch_fused_no_dtensor: str = ""
     extra_targets: Callable[[], list] | None = None
 
 

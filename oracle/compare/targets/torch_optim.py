@@ -62,6 +62,7 @@ def torch_targets(records: dict) -> list[Target]:
                 convention=float32_counter(oracle.SPECS[name].convention), devices=("cpu", "cuda"),
                 compute=compute or rec.torch_fused_compute, options=accepted_options(cls, name),
                 scaling=torch_scaled_step if path == "fused" else None, declared=TORCH_DECLARED,
+                no_dtensor=rec.torch_fused_no_dtensor if path == "fused" else "",
                 notes=f"torch {torch.__version__} {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())})"))
     return out
 
