@@ -64,8 +64,13 @@ def compare_bits(res: CheckResult, step, expected: dict, got: dict, detail: str,
             elif not same_bits(a, b):
                 res.fail(bits_finding(res.check, step, name, b, a, detail), keep)
         elif not _same_value(a, b, name, strict):
-            res.fail(Finding(res.check, step, name, expected=_canon(name, plain(a)), got=_canon(name, plain(b)),
-                             detail=detail), keep)
+            res.fail(Finding(res.check, step, name, expected=_shown(name, a), got=_shown(name, b), detail=detail), keep)
+
+
+def _shown(name: str, v):
+    """A plain value as itself, a tensor of several elements by its dtype, shape and device."""
+    p = plain(v)
+    return _describe(p) if isinstance(p, torch.Tensor) else _canon(name, p)
 
 
 def _is_counter(name: str, t, strict: bool) -> bool:
@@ -83,6 +88,8 @@ def _same_value(a, b, name: str, strict: bool) -> bool:
         pa, pb = _canon(name, pa), _canon(name, pb)
     elif type(pa) is not type(pb) and not (isinstance(pa, (int, float)) and isinstance(pb, (int, float))):
         return False
+    if isinstance(pa, torch.Tensor) or isinstance(pb, torch.Tensor):
+        return False  # a tensor of several elements against a plain value: not the same state
     return pa == pb or (isinstance(pa, float) and isinstance(pb, float) and pa != pa and pb != pb)
 
 
