@@ -1,6 +1,7 @@
 """Bitwise state comparison (oracle.compare.bitwise): every pair of values it can meet gives a verdict,
 never an exception. A multi-element tensor against a plain value once raised "Boolean value of Tensor
 with more than one value is ambiguous" in the wrapped scenarios' reshard check (bitsandbytes state)."""
+import numpy as np
 import pytest
 import torch
 
@@ -17,6 +18,11 @@ from oracle.compare.checks import CheckResult
     (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 3.0]), False),
     (float("nan"), float("nan"), True),
     (3, 3, True),
+    ((torch.tensor([1.0, 2.0]), 0.9), (torch.tensor([1.0, 2.0]), 0.9), True),  # a group value holding tensors
+    ((torch.tensor([1.0, 2.0]), 0.9), (torch.tensor([1.0, 2.5]), 0.9), False),
+    ({"a": [torch.tensor([1.0, 2.0])]}, {"a": [torch.tensor([1.0, 2.0])]}, True),
+    (np.array([1.0, 2.0]), np.array([1.0, 2.0]), True),  # == is elementwise: compared bit for bit
+    (np.array([1.0, 2.0]), np.array([1.0, 2.5]), False),
 ])
 @pytest.mark.parametrize("name", ["group 0 param 0 state1", "group 0 param 0 step"])
 def test_any_two_values_get_a_verdict(expected, got, same, strict, name):

@@ -6,6 +6,7 @@ the uninterrupted run (roundtrip, checkpoint scenario, rank shards), and
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .checks import CheckResult, Finding, same_bits
@@ -88,9 +89,28 @@ def _same_value(a, b, name: str, strict: bool) -> bool:
         pa, pb = _canon(name, pa), _canon(name, pb)
     elif type(pa) is not type(pb) and not (isinstance(pa, (int, float)) and isinstance(pb, (int, float))):
         return False
-    if isinstance(pa, torch.Tensor) or isinstance(pb, torch.Tensor):
-        return False  # a tensor of several elements against a plain value: not the same state
-    return pa == pb or (isinstance(pa, float) and isinstance(pb, float) and pa != pa and pb != pb)
+    return _equal(pa, pb)
+
+
+def _equal(a, b) -> bool:
+    """Equal values, looking into lists, tuples and dicts (a group's values may hold tensors): tensors
+    bit for bit, NaN equal to NaN, and anything whose == is not a truth value unequal."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and same_bits(a, b)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype \
+            and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) or isinstance(b, dict):
+        return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() \
+            and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    try:
+        return bool(a == b)
+    except (RuntimeError, ValueError, TypeError):  # an array-like whose == is elementwise
+        return False
 
 
 def _describe(v, present: bool = True) -> str:
