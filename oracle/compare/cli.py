@@ -645,13 +645,16 @@ def not_written(exc, args, results, judge, done, total, t0) -> int:
     results went instead; exit 2, since the report the command promised is not there."""
     from .console import outcome
     print("\n".join(outcome(results, exc.doc, judge, args, done, total, time.perf_counter() - t0)))
-    if exc.saved:
-        print(f"error: {exc}; the results were saved to {exc.saved} (copy it into a folder as report.json and "
-              f"run `python -m oracle.compare render FOLDER` for report.md and report.html)", file=sys.stderr)
-    else:
-        print(f"error: {exc}; no other place took the results either (the temporary and home folders "
-              f"failed too)", file=sys.stderr)
+    print(not_written_line(exc, "results"), file=sys.stderr)
     return EXIT_USAGE
+
+
+def not_written_line(exc, what: str) -> str:
+    """The error line of a ReportNotWritten: what failed, and where `what` went instead."""
+    if exc.saved:
+        return (f"error: {exc}; the {what} were saved to {exc.saved} (copy it into a folder as report.json and "
+                f"run `python -m oracle.compare render FOLDER` for report.md and report.html)")
+    return f"error: {exc}; no other place took the {what} either (the temporary and home folders failed too)"
 
 
 def merge_main(argv) -> int:
@@ -689,8 +692,7 @@ def merge_main(argv) -> int:
         try:
             doc = report.write(args.report_dir, results, run_argv, complete, run["device"], extra)
         except report.ReportNotWritten as exc:
-            print(f"error: {exc}; " + (f"the merged results were saved to {exc.saved}" if exc.saved
-                                       else "no other place took the merged results either"), file=sys.stderr)
+            print(not_written_line(exc, "merged results"), file=sys.stderr)
             return EXIT_USAGE
     print("\n".join(judge.lines()))
     print(report.summary_table(report.summarize(results)))

@@ -24,7 +24,6 @@ import sys
 from dataclasses import dataclass, field
 from .checks import FAILING, RAN
 
-SCHEMA_PREFIX = "optimizer-oracle-report/"
 DEFAULT_FACTOR = 2.0
 DEFAULT_FLOOR = 0.01
 
