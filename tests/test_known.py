@@ -140,6 +140,9 @@ repro = "known/a.py"
     (lambda t: t.replace("[[known]]", "[[known"), "not valid TOML"),
     (lambda t: t.replace('summary = "s"', 'summary = """two\nlines"""'), "one line"),
     (lambda t: t + 'devices = "cpu"\n', "devices must be a list"),
+    # an entry for a crash says which crash, and only such an entry may
+    (lambda t: t.replace('check = "c"', 'check = "error"'), "an entry for a crash (check \"error\") names it"),
+    (lambda t: t + 'error = "KeyError"\n', "error is for check \"error\" only"),
 ])
 def test_bad_file_names_the_entry(tmp_path, edit, message):
     path = tmp_path / "known.toml"
@@ -210,10 +213,22 @@ def test_classify_not_applicable_versions_devices_and_absent_library():
 
 
 def test_classify_entry_for_a_crash():
-    e = entry(check="error")
-    assert K.classify([result(status="error", error=False)], [e], V, "cpu").ok
+    e = entry(check="error", error="KeyError: 'state1'")
+    crashed = result(status="error", error=False)
+    crashed.reason = "rank 0 exited with 1:\nTraceback ...\nKeyError: 'state1'\n"
+    assert K.classify([crashed], [e], V, "cpu").ok
+    # another crash of the same case is not this defect: new, and the entry is not evidence of anything
+    other = result(status="error", error=False)
+    other.reason = "Traceback ...\nIndexError: list index out of range\n"
+    v = K.classify([other], [e], V, "cpu")
+    assert not v.ok and [f.check for f in v.new] == ["error"] and v.entries[0].status == "not run"
     v = K.classify([result(c=True)], [e], V, "cpu")  # ran without crashing: fixed
     assert v.entries[0].status == "fixed"
+
+
+def test_every_committed_crash_entry_names_its_crash():
+    crashes = [e for e in ENTRIES if e.check == "error"]
+    assert crashes and all(e.error.strip() for e in crashes)
 
 
 def test_failed_result_without_a_failing_check_counts_as_its_status():

@@ -11,6 +11,8 @@ One entry per finding:
     target = "torch.*.fused"                   # glob over target names
     case = "scenario:irregular/*"              # glob over case names
     check = "noncontiguous"                    # glob over check names ("error": the case crashed)
+    error = "KeyError: 'state1'"               # with check "error" (and only then): the crash it names,
+                                               # a text its error message must contain
     summary = "one line"
     reference = "https://..."                  # upstream issue/PR/source line; "" where there is none
     library = "torch"                          # distribution whose version decides
@@ -40,7 +42,7 @@ from pathlib import Path
 from .checks import FAILING, RAN
 
 REQUIRED = ("id", "target", "case", "check", "summary", "library", "versions", "first_seen", "repro")
-OPTIONAL = ("reference", "devices", "intermittent")
+OPTIONAL = ("reference", "devices", "intermittent", "error")
 FIXED_HINT = "fixed upstream? update or drop the entry"
 
 
@@ -133,10 +135,14 @@ class Entry:
     # a defect that shows on some runs only (a read of uninitialized memory): not seeing it is
     # "not seen this run", never "fixed"; its repro script must still reproduce it
     intermittent: bool = False
+    # a crash entry's message: an errored row matches only when its error contains it (another crash
+    # of the same cases is new, not this defect)
+    error: str = ""
 
-    def matches(self, target: str, case: str, check: str) -> bool:
+    def matches(self, target: str, case: str, check: str, reason: str = "") -> bool:
         return (fnmatch.fnmatchcase(target, self.target) and fnmatch.fnmatchcase(case, self.case)
-                and fnmatch.fnmatchcase(check, self.check))
+                and fnmatch.fnmatchcase(check, self.check)
+                and (check != "error" or self.error in (reason or "")))
 
     def repro_path(self) -> Path:
         base = Path(self.source).parent if self.source else default_path().parent
@@ -179,13 +185,19 @@ def _entry(raw, n: int, source: str) -> Entry:
         raise KnownFileError(f"{where}: versions {raw['versions']!r} is not a PEP 440 specifier set: {exc}") from None
     if not isinstance(raw.get("intermittent", False), bool):
         raise KnownFileError(f"{where}: intermittent must be true or false")
+    error = raw.get("error", "")
+    if raw["check"] == "error" and (not isinstance(error, str) or not error.strip()):
+        raise KnownFileError(f"{where}: an entry for a crash (check \"error\") names it: error = \"<text of its "
+                             f"message>\", e.g. \"KeyError: 'state1'\"")
+    if "error" in raw and not fnmatch.fnmatchcase("error", raw["check"]):
+        raise KnownFileError(f"{where}: error is for check \"error\" only (this entry's check is {raw['check']!r})")
     devices = raw.get("devices", [])
     if isinstance(devices, str) or not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
         raise KnownFileError(f"{where}: devices must be a list of strings such as [\"cpu\"]")
     return Entry(id=raw["id"], target=raw["target"], case=raw["case"], check=raw["check"], summary=raw["summary"],
                  library=raw["library"], versions=raw["versions"], first_seen=seen.isoformat(), repro=raw["repro"],
                  reference=raw.get("reference", ""), devices=tuple(devices), source=source,
-                 intermittent=raw.get("intermittent", False))
+                 intermittent=raw.get("intermittent", False), error=error)
 
 
 def load(path) -> list[Entry]:
@@ -345,7 +357,7 @@ def classify(results, entries, versions: dict, device: str | None = None, source
         for name in failing_checks(r):
             f = Failure(r.target, r.case, r.seed, name, r.status, r)
             for j in judged:
-                if j.entry.matches(r.target, r.case, name):
+                if j.entry.matches(r.target, r.case, name, r.reason):
                     if j.status == "not applicable":
                         f.other.append(j.entry.id)
                     else:
