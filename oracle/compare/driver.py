@@ -59,7 +59,45 @@ def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern:
             teach: bool = True):
     """One matrix case (by name) or one scenario ("scenario:NAME"): a CaseResult or a list of them.
     teach: a failing matrix row says which single change of convention would make it pass
-    (oracle.compare.infer.teach; a few more runs of the case)."""
+    (oracle.compare.infer.teach; a few more runs of the case).
+    A target with `own_process` set runs it in a child forked for this job alone (see procs.in_own_process)."""
+    if target.own_process:
+        from .procs import in_own_process
+        _warm(target, device)
+        return in_own_process(lambda: _alone(target, case_name, seed, steps, device, pattern, teach))
+    return _run_job(target, case_name, seed, steps, device, pattern, teach)
+
+
+_WARM: set = set()
+
+
+def _warm(target, device: str) -> None:
+    """Build (never step) one optimizer of an own-process target here, once per process, so the
+    imports and library loads it triggers are paid once and not again in every job's child (1.3 s
+    each for DeepSpeed's FusedAdam). A failure is left for the job itself to report."""
+    if target.name in _WARM:
+        return
+    _WARM.add(target.name)
+    import torch
+    try:
+        target.make([{"params": [torch.zeros(2, device=device, requires_grad=True)], "lr": 1e-3}], {})
+    except Exception:  # noqa: BLE001 - the job builds it again and reports what goes wrong
+        pass
+
+
+def _alone(target, case_name, seed, steps, device, pattern, teach):
+    """The job in its own process, between integrity checks of that process (what it changes there
+    dies with it, but would still decide this job's own verdict: oracle.compare.tamper)."""
+    from . import tamper
+    from .isolate import error_result
+    clean = tamper.snapshot()
+    result = _run_job(target, case_name, seed, steps, device, pattern, teach)
+    changes = tamper.changed(clean)
+    return error_result(target.name, target.optimizer, case_name, seed, steps, tamper.reason(changes)) \
+        if changes else result
+
+
+def _run_job(target, case_name, seed, steps, device, pattern, teach):
     from .deviation import mark
     if case_name.startswith(SCENARIO_PREFIX):
         from .scenarios import SCENARIOS

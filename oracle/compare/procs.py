@@ -191,6 +191,55 @@ def _leave_as(status: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
+class OwnProcessDied(RuntimeError):
+    """The child a job ran in ended without handing back a result (a crash, a signal, os._exit)."""
+
+
+def in_own_process(fn):
+    """fn() in a child forked for it alone; its return value (pickled) comes back, and an exception
+    comes back as a RuntimeError carrying its type, message and traceback. Whatever fn changes in
+    the process (a native library's static state: DeepSpeed's CPU FusedAdam keeps one bias-correction
+    object per process) ends with the child, so the next job starts from the same state as this one."""
+    import pickle
+    import traceback
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        code = 0
+        try:
+            if "torch" in sys.modules:
+                # one thread: an OpenMP pool the parent started has no threads in this child, and a
+                # parallel region that waited for them would never end
+                sys.modules["torch"].set_num_threads(1)
+            try:
+                out = ("ok", fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+                out = ("raised", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            data = pickle.dumps(out)
+            with os.fdopen(wfd, "wb") as fh:
+                fh.write(data)
+        except BaseException:  # noqa: BLE001 - nothing to hand back: the parent sees an empty pipe
+            code = 1
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as fh:
+        data = fh.read()
+    status = _wait_for(pid)
+    if not data:
+        how = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+               else f"status {os.waitstatus_to_exitcode(status)}")
+        raise OwnProcessDied(f"the job's own process ended with {how} before handing back its result")
+    kind, payload = pickle.loads(data)
+    if kind == "raised":
+        raise RuntimeError(f"in the job's own process: {payload}")
+    return payload
+
+
 def own_group() -> None:
     """Make this process the leader of a new process group (killed whole by its parent)."""
     with contextlib.suppress(OSError):

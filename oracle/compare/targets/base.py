@@ -60,6 +60,10 @@ class Target:
     # why this target's step cannot take DTensor params (FSDP2's), "" when it can: the scenarios whose
     # wrapper hands the optimizer DTensors (fsdp2*, dcp_reshard) skip it, naming this
     no_dtensor: str = ""
+    # why each of this target's jobs runs in a process of its own (forked for it from a worker where none
+    # of its code stepped), "" when it need not: state the library keeps per process rather than per
+    # optimizer, which would carry one job's history into the next and make a verdict depend on --jobs
+    own_process: str = ""
     # its conventions are not declared but inferred before it is judged (oracle.compare.infer): an
     # outside optimizer; `convention` etc. are then only the starting point
     infer: bool = False

@@ -415,15 +415,25 @@ def deepspeed_targets() -> list[Target]:
                      "update term (cpu_adagrad.cpp:49-50)"),
         Target(name="deepspeed.fused_adam.cpu.adamw", optimizer="adamw", convention=DS_CPU_ADAMW,
                make=_make("deepspeed.ops.adam.FusedAdam", "adam", "fused_adam", adam_w_mode=True),
-               requires=_requires("fused_adam"), **common,
+               requires=_requires("fused_adam"), own_process=FUSED_ADAM_CPU_STATIC, **common,
                notes=f"{ver} FusedAdam on the CPU accelerator: csrc/cpu/adam/fused_adam.cpp calls "
                      "ds_adam_step, so the math is DeepSpeedCPUAdam's; declared per-param counter, but "
                      "step() advances only the last param's state['step'] (fused_adam.py:177-193)"),
         Target(name="deepspeed.fused_adam.cpu.adam", optimizer="adam", convention=DS_CPU_ADAM,
                make=_make("deepspeed.ops.adam.FusedAdam", "adam", "fused_adam", adam_w_mode=False),
-               requires=_requires("fused_adam"), **common,
+               requires=_requires("fused_adam"), own_process=FUSED_ADAM_CPU_STATIC, **common,
                notes=f"{ver} FusedAdam(adam_w_mode=False) on the CPU accelerator; see the adamw target"),
     ] + engine_targets()
+
+
+# csrc/cpu/adam/fused_adam.cpp creates one Adam_Optimizer per mode per process (a function-level
+# static, optimizer_id = mode) and every FusedAdam instance and group steps through it: its running
+# beta products (IncrementStep continues them when step == last step + 1, else takes std::pow) carry
+# over from whatever ran before in the process, so a reloaded optimizer's bias correction depends on
+# the jobs a worker ran earlier (seen: a DDP reshard row failing by 1 ULP in one sweep, passing alone).
+FUSED_ADAM_CPU_STATIC = ("DeepSpeed's CPU FusedAdam steps every instance through one process-wide "
+                         "Adam_Optimizer per mode (csrc/cpu/adam/fused_adam.cpp), whose running beta "
+                         "products carry one job's history into the next")
 
 
 # --- engine wrappers -----------------------------------------------------------
