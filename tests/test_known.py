@@ -143,6 +143,8 @@ repro = "known/a.py"
     # an entry for a crash says which crash, and only such an entry may
     (lambda t: t.replace('check = "c"', 'check = "error"'), "an entry for a crash (check \"error\") names it"),
     (lambda t: t + 'error = "KeyError"\n', "error is for check \"error\" only"),
+    (lambda t: t.replace('case = "scenario:x/*"', 'case = []'), "case must be a non-empty glob or a non-empty list"),
+    (lambda t: t.replace('case = "scenario:x/*"', 'case = ["scenario:x/*", 3]'), "case must be a non-empty glob"),
 ])
 def test_bad_file_names_the_entry(tmp_path, edit, message):
     path = tmp_path / "known.toml"
@@ -210,6 +212,18 @@ def test_classify_not_applicable_versions_devices_and_absent_library():
     assert "deepspeed not installed" in v.entries[2].reason
     # a failure matching only entries for other versions is new, with the entries named
     assert not v.ok and v.new[0].other == ["old", "gpu", "ds"]
+
+
+def test_a_list_of_globs_matches_any_of_them(tmp_path):
+    path = tmp_path / "known.toml"
+    path.write_text(GOOD.replace('case = "scenario:x/*"', 'case = ["scenario:x/*", "scenario:y/*"]'))
+    [e] = K.load(path)
+    assert e.case == ("scenario:x/*", "scenario:y/*")
+    rs = [result(status="fail", c=False), result(case="scenario:y/w", status="fail", c=False),
+          result(case="scenario:z/v", status="fail", c=False)]
+    v = K.classify(rs, [e], V, "cpu")
+    assert [f.case for f in v.known] == ["scenario:x/v", "scenario:y/w"] and [f.case for f in v.new] == ["scenario:z/v"]
+    assert v.to_dict()["entries"][0]["case"] == ["scenario:x/*", "scenario:y/*"]
 
 
 def test_classify_entry_for_a_crash():

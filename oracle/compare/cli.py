@@ -424,7 +424,7 @@ def in_process(work, device: str):
     seen: isolation is what keeps a target out of the judging process)."""
     from . import tamper
     from .driver import run_job
-    from .isolate import error_result
+    from .driver import error_result
     clean = tamper.snapshot()
     for target, case, seed in work:
         tamper.settle(clean)

@@ -89,7 +89,6 @@ def _alone(target, case_name, seed, steps, device, pattern, teach):
     """The job in its own process, between integrity checks of that process (what it changes there
     dies with it, but would still decide this job's own verdict: oracle.compare.tamper)."""
     from . import tamper
-    from .isolate import error_result
     clean = tamper.snapshot()
     result = _run_job(target, case_name, seed, steps, device, pattern, teach)
     changes = tamper.changed(clean)
@@ -118,9 +117,23 @@ def _run_job(target, case_name, seed, steps, device, pattern, teach):
     return result
 
 
+def error_result(target, optimizer, case_name, seed, steps, reason):
+    from . import cases as C
+    from .checks import CheckResult
+    from .run import CaseResult
+    try:
+        case = C.find_case(case_name, steps)
+        dtype, hparams = case.dtype, case.group_hparams()
+    except ValueError:
+        dtype, hparams = "", []
+    r = CaseResult(target, case_name, optimizer, dtype, hparams, seed, steps, status="error", reason=reason)
+    r.checks = {"error": CheckResult("error", passed=False, note=reason)}
+    return r
+
+
 def rows(result) -> list:
     """A job's result as a list of rows."""
     return list(result) if isinstance(result, (list, tuple)) else [result]
 
 
-__all__ = ["SCENARIO_PREFIX", "ScenarioJob", "jobs_for", "matches", "rows", "run_job", "scenario_selected"]
+__all__ = ["SCENARIO_PREFIX", "ScenarioJob", "error_result", "jobs_for", "matches", "rows", "run_job", "scenario_selected"]

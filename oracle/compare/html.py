@@ -20,13 +20,13 @@ the file from a report.json (an older report without per-step data gets no plots
 """
 from __future__ import annotations
 
-import fnmatch
 import html
 import io
 import math
 import re
 from collections import defaultdict
 from .checks import FAILING
+from .known import any_glob
 
 PLOT_CASES = 60          # failing cases that get plots (the rest: findings, repro; data in report.json)
 MATRIX_CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
@@ -154,9 +154,9 @@ def grid(doc: dict, anchors: dict) -> tuple[list, dict]:
         if e["status"] != "fixed":
             continue
         for r in doc["results"]:
-            if fnmatch.fnmatchcase(r["target"], e["target"]) and fnmatch.fnmatchcase(r["case"], e["case"]):
+            if any_glob(r["target"], e["target"]) and any_glob(r["case"], e["case"]):
                 for n in r.get("checks") or {}:
-                    if fnmatch.fnmatchcase(n, e["check"]):
+                    if any_glob(n, e["check"]):
                         cells[r["target"]][column(r, n)].marks.add("F")
     for target in cells:
         for c in cells[target].values():

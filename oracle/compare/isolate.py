@@ -30,6 +30,7 @@ from collections import deque
 from multiprocessing.connection import wait
 
 from . import procs
+from .driver import error_result
 
 STARTUP_TIMEOUT = 120.0  # importing torch on a busy 2-core machine
 # A worker that dies or is still importing at its limit is replaced, with twice the limit, this many
@@ -110,20 +111,6 @@ def judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern):
         tamper.settle(clean)
         result = error_result(name, optimizer, case_name, seed, steps, tamper.reason(changes))
     return result, changes
-
-
-def error_result(target, optimizer, case_name, seed, steps, reason):
-    from . import cases as C
-    from .checks import CheckResult
-    from .run import CaseResult
-    try:
-        case = C.find_case(case_name, steps)
-        dtype, hparams = case.dtype, case.group_hparams()
-    except ValueError:
-        dtype, hparams = "", []
-    r = CaseResult(target, case_name, optimizer, dtype, hparams, seed, steps, status="error", reason=reason)
-    r.checks = {"error": CheckResult("error", passed=False, note=reason)}
-    return r
 
 
 class _PatchedEnv:

@@ -11,6 +11,7 @@ One entry per finding:
     target = "torch.*.fused"                   # glob over target names
     case = "scenario:irregular/*"              # glob over case names
     check = "noncontiguous"                    # glob over check names ("error": the case crashed)
+                                               # (each of the three: one glob or a list, any of which matches)
     error = "KeyError: 'state1'"               # with check "error" (and only then): the crash it names,
                                                # a text its error message must contain
     summary = "one line"
@@ -118,6 +119,24 @@ def version_in(spec: str, version: str) -> bool:
 
 # --- entries -----------------------------------------------------------------------------------
 
+def any_glob(name: str, globs) -> bool:
+    """Whether `name` matches an entry's target, case or check: one glob, or a list of them."""
+    if isinstance(globs, str):
+        globs = (globs,)
+    return isinstance(globs, (list, tuple)) and any(isinstance(g, str) and fnmatch.fnmatchcase(name, g)
+                                                    for g in globs)
+
+
+def _globs(raw, k: str, where: str):
+    """An entry's target/case/check as written: a non-empty glob, or a non-empty list of them (a tuple)."""
+    v = raw[k]
+    if isinstance(v, list) and v and all(isinstance(g, str) and g.strip() for g in v):
+        return tuple(v)
+    if isinstance(v, str) and v.strip():
+        return v
+    raise KnownFileError(f"{where}: {k} must be a non-empty glob or a non-empty list of them, got {v!r}")
+
+
 @dataclass(frozen=True)
 class Entry:
     id: str
@@ -140,8 +159,7 @@ class Entry:
     error: str = ""
 
     def matches(self, target: str, case: str, check: str, reason: str = "") -> bool:
-        return (fnmatch.fnmatchcase(target, self.target) and fnmatch.fnmatchcase(case, self.case)
-                and fnmatch.fnmatchcase(check, self.check)
+        return (any_glob(target, self.target) and any_glob(case, self.case) and any_glob(check, self.check)
                 and (check != "error" or self.error in (reason or "")))
 
     def repro_path(self) -> Path:
@@ -163,10 +181,11 @@ def _entry(raw, n: int, source: str) -> Entry:
     if unknown:
         raise KnownFileError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: "
                              f"{', '.join(REQUIRED + OPTIONAL)}")
+    globs = {k: _globs(raw, k, where) for k in ("target", "case", "check")}
     for k in REQUIRED + ("reference",):
-        if k in raw and k != "first_seen" and not isinstance(raw[k], str):
+        if k in raw and k not in ("first_seen", *globs) and not isinstance(raw[k], str):
             raise KnownFileError(f"{where}: {k} must be a string, got {raw[k]!r}")
-    for k in ("id", "target", "case", "check", "summary", "library", "versions", "repro"):
+    for k in ("id", "summary", "library", "versions", "repro"):
         if not raw[k].strip():
             raise KnownFileError(f"{where}: {k} is empty")
     if "\n" in raw["summary"]:
@@ -186,15 +205,16 @@ def _entry(raw, n: int, source: str) -> Entry:
     if not isinstance(raw.get("intermittent", False), bool):
         raise KnownFileError(f"{where}: intermittent must be true or false")
     error = raw.get("error", "")
-    if raw["check"] == "error" and (not isinstance(error, str) or not error.strip()):
+    crash = "error" in ((globs["check"],) if isinstance(globs["check"], str) else globs["check"])
+    if crash and (not isinstance(error, str) or not error.strip()):
         raise KnownFileError(f"{where}: an entry for a crash (check \"error\") names it: error = \"<text of its "
                              f"message>\", e.g. \"KeyError: 'state1'\"")
-    if "error" in raw and not fnmatch.fnmatchcase("error", raw["check"]):
+    if "error" in raw and not any_glob("error", globs["check"]):
         raise KnownFileError(f"{where}: error is for check \"error\" only (this entry's check is {raw['check']!r})")
     devices = raw.get("devices", [])
     if isinstance(devices, str) or not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
         raise KnownFileError(f"{where}: devices must be a list of strings such as [\"cpu\"]")
-    return Entry(id=raw["id"], target=raw["target"], case=raw["case"], check=raw["check"], summary=raw["summary"],
+    return Entry(id=raw["id"], **globs, summary=raw["summary"],
                  library=raw["library"], versions=raw["versions"], first_seen=seen.isoformat(), repro=raw["repro"],
                  reference=raw.get("reference", ""), devices=tuple(devices), source=source,
                  intermittent=raw.get("intermittent", False), error=error)
@@ -329,8 +349,8 @@ class Verdict:
             return out
         return {
             "file": self.source, "device": self.device, "counts": self.counts(), "ok": self.ok,
-            "entries": [{"id": j.entry.id, "status": j.status, "reason": j.reason, "target": j.entry.target,
-                         "case": j.entry.case, "check": j.entry.check, "summary": j.entry.summary,
+            "entries": [{"id": j.entry.id, "status": j.status, "reason": j.reason, "target": _json(j.entry.target),
+                         "case": _json(j.entry.case), "check": _json(j.entry.check), "summary": j.entry.summary,
                          "reference": j.entry.reference, "library": j.entry.library, "versions": j.entry.versions,
                          "installed": self.versions.get(j.entry.library), "devices": list(j.entry.devices),
                          "first_seen": j.entry.first_seen, "repro": j.entry.repro,
@@ -339,6 +359,10 @@ class Verdict:
                         for j in self.entries],
             "new": [failure(f) for f in self.new],
         }
+
+
+def _json(globs):
+    return globs if isinstance(globs, str) else list(globs)
 
 
 def classify(results, entries, versions: dict, device: str | None = None, source: str | None = None) -> Verdict:
@@ -369,10 +393,10 @@ def classify(results, entries, versions: dict, device: str | None = None, source
         # cases that ran without crashing judge entries whose check passed here
         for j in live:
             e = j.entry
-            if not (fnmatch.fnmatchcase(r.target, e.target) and fnmatch.fnmatchcase(r.case, e.case)):
+            if not (any_glob(r.target, e.target) and any_glob(r.case, e.case)):
                 continue
-            names = [n for n in r.checks if fnmatch.fnmatchcase(n, e.check) and n not in failed]
-            if not names and fnmatch.fnmatchcase("error", e.check):
+            names = [n for n in r.checks if any_glob(n, e.check) and n not in failed]
+            if not names and any_glob("error", e.check):
                 names = ["error"]  # an entry for a crash: this case ran without one
             j.judged_by += [(r.target, r.case, r.seed, n) for n in names]
     for j in live:
@@ -402,7 +426,7 @@ def _ref(e: Entry) -> str:
 def header_lines(entries, versions: dict, device: str, source: str, target_names=None) -> list[str]:
     """What prints before a run: the known defects that apply to these libraries."""
     live = [e for e in entries if applies(e, versions, device) is None
-            and (target_names is None or any(fnmatch.fnmatchcase(t, e.target) for t in target_names))]
+            and (target_names is None or any(any_glob(t, e.target) for t in target_names))]
     libs = sorted({e.library for e in live})
     where = ", ".join(f"{lib} {versions.get(lib)}" for lib in libs)
     if not live:
@@ -565,11 +589,10 @@ def note(target: str, check: str, case: str | None = None) -> str | None:
     if path == "none" or not os.path.exists(path):
         return None
     for e in _default_entries(path):
-        if fnmatch.fnmatchcase(target, e.target) and fnmatch.fnmatchcase(check, e.check) \
-                and (case is None or fnmatch.fnmatchcase(case, e.case)):
+        if any_glob(target, e.target) and any_glob(check, e.check) and (case is None or any_glob(case, e.case)):
             return f"known {e.library} defect ({e.id}): {e.summary}"
     return None
 
 
-__all__ = ["Entry", "Judge", "KnownFileError", "Verdict", "applies", "classify", "default_path", "installed_versions",
+__all__ = ["Entry", "Judge", "any_glob", "KnownFileError", "Verdict", "applies", "classify", "default_path", "installed_versions",
            "load", "note", "version_in", "FIXED_HINT"]

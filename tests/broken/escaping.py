@@ -1,11 +1,13 @@
 """Targets whose step leaves processes behind that a process group does not hold."""
 import os
+import shutil
 import subprocess
-import sys
 
 from tests.broken.adamw import CorrectAdamW
 
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+# a small binary, not an interpreter: inference steps this target hundreds of times, and one Python
+# start per step made its test take two minutes; `sleep` inherits the environment (and its tag) alike
+SLEEPER = [shutil.which("sleep") or "/bin/sleep", "600"]
 
 
 class NewSessionAdamW(CorrectAdamW):
@@ -25,6 +27,6 @@ class DaemonAdamW(CorrectAdamW):
             if os.fork() == 0:
                 os.setsid()
                 if os.fork() == 0:
-                    os.execv(sys.executable, SLEEPER)
+                    os.execv(SLEEPER[0], SLEEPER)
                 os._exit(0)
         return super().step(closure)
