@@ -371,6 +371,27 @@ def test_a_target_signalling_its_parent_costs_one_row(tmp_path, impl):
     assert "worker died with signal" in row["reason"], row["reason"]
 
 
+def test_a_report_that_cannot_be_rendered_keeps_the_results_elsewhere(tmp_path, monkeypatch, capsys):
+    """A crash while rendering report.md/html at the end (once: a module edited during a long sweep
+    no longer imported) must not lose the run's results: they are saved as report.json elsewhere."""
+    from oracle.compare import html, schema
+    from oracle.compare.cli import main
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spare))
+    monkeypatch.setattr("tempfile.tempdir", None)
+
+    def broken(doc):
+        raise ImportError("cannot import name 'any_glob'")
+    monkeypatch.setattr(html, "render", broken)
+    folder = tmp_path / "rep"
+    assert main([*ONE_CASE, "--target", "torch.adamw.forloop", "--report-dir", str(folder)]) == 2
+    err = capsys.readouterr().err
+    [saved] = list(spare.glob("oracle-compare-report-*.json"))
+    assert "rendering it failed (ImportError: cannot import name 'any_glob')" in err and str(saved) in err, err
+    assert [(r["target"], r["status"]) for r in schema.load(str(saved))["results"]] == [("torch.adamw.forloop", "pass")]
+
+
 def test_a_disk_that_fills_during_the_run_keeps_the_results_elsewhere(tmp_path, monkeypatch, capsys):
     """The folder passed its checks before the work; the final write then fails (ENOSPC, as on a disk
     that filled during the run). The results go to a file in the temporary folder, the message says

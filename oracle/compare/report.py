@@ -206,12 +206,14 @@ def render(doc: dict, html: bool = True) -> dict:
 
 
 class ReportNotWritten(OSError):
-    """The final write into the report folder failed (a disk that filled during the run): `doc` is
-    the report, `saved` where its report.json was saved instead (None when nowhere could take it)."""
+    """The final write into the report folder failed (a disk that filled during the run), or its
+    files could not be rendered: `doc` is the report, `saved` where its report.json was saved
+    instead (None when nowhere could take it)."""
 
-    def __init__(self, report_dir: str, cause: OSError, doc: dict, saved: str | None):
-        super().__init__(cause.errno, f"the report could not be written into {report_dir}: "
-                                      f"{cause.strerror or cause}")
+    def __init__(self, report_dir: str, cause: Exception, doc: dict, saved: str | None):
+        why = (cause.strerror or str(cause)) if isinstance(cause, OSError) \
+            else f"rendering it failed ({type(cause).__name__}: {cause})"
+        super().__init__(getattr(cause, "errno", None), f"the report could not be written into {report_dir}: {why}")
         self.doc, self.saved = doc, saved
 
 
@@ -240,7 +242,10 @@ def write(report_dir: str, results, argv, complete: bool, device: str, extra: di
     report.json elsewhere and raises ReportNotWritten saying where."""
     from .publish import ReportLock, publish
     doc = document(results, argv, complete, device, extra)
-    files = render(doc)
+    try:
+        files = render(doc)
+    except Exception as exc:  # noqa: BLE001 - a rendering bug must not lose a sweep's results
+        raise ReportNotWritten(report_dir, exc, doc, save_fallback(doc)) from exc
     try:
         if lock:
             with ReportLock(report_dir, argv):
