@@ -423,17 +423,12 @@ def in_process(work, device: str):
     (oracle.compare.tamper; code a target's module ran when it was imported, before the run, is not
     seen: isolation is what keeps a target out of the judging process)."""
     from . import tamper
-    from .driver import run_job
-    from .driver import error_result
+    from .driver import run_job, untampered
     clean = tamper.snapshot()
     for target, case, seed in work:
         tamper.settle(clean)
         result = run_job(target, case.name, seed, case.steps, device, getattr(case, "pattern", None))
-        changes = tamper.changed(clean)
-        if changes:
-            tamper.settle(clean)
-            result = error_result(target.name, target.optimizer, case.name, seed, case.steps, tamper.reason(changes))
-        yield result
+        yield untampered(clean, result, target.name, target.optimizer, case.name, seed, case.steps)[0]
 
 
 EXIT_TERMINATED = 128 + signal.SIGTERM

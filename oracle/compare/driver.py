@@ -91,9 +91,18 @@ def _alone(target, case_name, seed, steps, device, pattern, teach):
     from . import tamper
     clean = tamper.snapshot()
     result = _run_job(target, case_name, seed, steps, device, pattern, teach)
+    return untampered(clean, result, target.name, target.optimizer, case_name, seed, steps)[0]
+
+
+def untampered(clean, result, name, optimizer, case_name, seed, steps):
+    """(row, changes) after a job: its result, or, when it changed what judges it (oracle.compare.tamper),
+    an error row naming the changes, which are undone."""
+    from . import tamper
     changes = tamper.changed(clean)
-    return error_result(target.name, target.optimizer, case_name, seed, steps, tamper.reason(changes)) \
-        if changes else result
+    if not changes:
+        return result, changes
+    tamper.settle(clean)
+    return error_result(name, optimizer, case_name, seed, steps, tamper.reason(changes)), changes
 
 
 def _run_job(target, case_name, seed, steps, device, pattern, teach):
@@ -136,4 +145,5 @@ def rows(result) -> list:
     return list(result) if isinstance(result, (list, tuple)) else [result]
 
 
-__all__ = ["SCENARIO_PREFIX", "ScenarioJob", "error_result", "jobs_for", "matches", "rows", "run_job", "scenario_selected"]
+__all__ = ["SCENARIO_PREFIX", "ScenarioJob", "error_result", "jobs_for", "matches", "rows", "run_job", "scenario_selected",
+           "untampered"]

@@ -30,7 +30,7 @@ from collections import deque
 from multiprocessing.connection import wait
 
 from . import procs
-from .driver import error_result
+from .driver import error_result, untampered
 
 STARTUP_TIMEOUT = 120.0  # importing torch on a busy 2-core machine
 # A worker that dies or is still importing at its limit is replaced, with twice the limit, this many
@@ -106,11 +106,7 @@ def judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern):
     except Exception as exc:  # noqa: BLE001 - reported as the case's error row
         result = error_result(name, optimizer, case_name, seed, steps, f"{type(exc).__name__}: {exc}")
     procs.kill_escaped()  # a new session or a daemon the job left behind dies with the job
-    changes = tamper.changed(clean)
-    if changes:
-        tamper.settle(clean)
-        result = error_result(name, optimizer, case_name, seed, steps, tamper.reason(changes))
-    return result, changes
+    return untampered(clean, result, name, optimizer, case_name, seed, steps)
 
 
 class _PatchedEnv:

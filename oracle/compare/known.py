@@ -119,12 +119,14 @@ def version_in(spec: str, version: str) -> bool:
 
 # --- entries -----------------------------------------------------------------------------------
 
+def _each(globs) -> tuple:
+    """An entry's target, case or check (one glob, or a list of them) as a tuple of globs."""
+    return (globs,) if isinstance(globs, str) else tuple(globs) if isinstance(globs, (list, tuple)) else ()
+
+
 def any_glob(name: str, globs) -> bool:
     """Whether `name` matches an entry's target, case or check: one glob, or a list of them."""
-    if isinstance(globs, str):
-        globs = (globs,)
-    return isinstance(globs, (list, tuple)) and any(isinstance(g, str) and fnmatch.fnmatchcase(name, g)
-                                                    for g in globs)
+    return any(isinstance(g, str) and fnmatch.fnmatchcase(name, g) for g in _each(globs))
 
 
 def _globs(raw, k: str, where: str):
@@ -205,7 +207,7 @@ def _entry(raw, n: int, source: str) -> Entry:
     if not isinstance(raw.get("intermittent", False), bool):
         raise KnownFileError(f"{where}: intermittent must be true or false")
     error = raw.get("error", "")
-    crash = "error" in ((globs["check"],) if isinstance(globs["check"], str) else globs["check"])
+    crash = "error" in _each(globs["check"])
     if crash and (not isinstance(error, str) or not error.strip()):
         raise KnownFileError(f"{where}: an entry for a crash (check \"error\") names it: error = \"<text of its "
                              f"message>\", e.g. \"KeyError: 'state1'\"")
