@@ -271,16 +271,18 @@ def load_op(op: str, announce: bool = False):
     where = configure_env()
     from deepspeed.ops import op_builder
     key = cache_key()
-    reason = build_reason(op, where, key)
-    if reason:
-        print(f"DeepSpeed op {op}: building into {where} because {reason} (~1-2 min on 2 cores)",
-              file=sys.stderr, flush=True)
-    elif announce:
-        print(f"DeepSpeed op {op}: cached in {where} for this setup (key {cache_key_name(key)})",
-              file=sys.stderr, flush=True)
     from fused import build_lock
     builder = getattr(op_builder, _BUILDERS[op])()
-    with build_lock(os.path.join(where, builder.name)):  # DeepSpeed JIT-builds into TORCH_EXTENSIONS_DIR/<name>
+    # DeepSpeed JIT-builds into TORCH_EXTENSIONS_DIR/<name>. Whether to build is decided under the lock:
+    # a process that waited for another's build (CI builds in the background) then loads it, not again.
+    with build_lock(os.path.join(where, builder.name)):
+        reason = build_reason(op, where, key)
+        if reason:
+            print(f"DeepSpeed op {op}: building into {where} because {reason} (~1-2 min on 2 cores)",
+                  file=sys.stderr, flush=True)
+        elif announce:
+            print(f"DeepSpeed op {op}: cached in {where} for this setup (key {cache_key_name(key)})",
+                  file=sys.stderr, flush=True)
         module = None if reason else _import_built(builder, where)
         if module is None:
             module = builder.load(verbose=False)
