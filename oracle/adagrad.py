@@ -39,7 +39,8 @@ import numpy as np
 from .common import (ZERO_DECAYS, GradScaling, OptState, check_counter, check_flag, check_range, drive,
                      l2_applies, maybe_fp32, with_defaults)
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
-from .spec import OptimizerSpec
+from .spec import (
+    DECAY, GUARD, INITIAL_ACCUMULATOR, NO_PRECISION_ROLE, STEP_SIZE, STEP_SIZE_DECAY, OptimizerSpec, Role)
 
 DECAYS = ("l2", "decoupled", "accumulator")
 EPS_MODES = ("outside", "inside")
@@ -78,6 +79,9 @@ DEEPSPEED_ADAGRAD = AdagradConvention(decay="l2", fp32_hparams=True)
 
 DEFAULTS = {"lr": 1e-2, "lr_decay": 0.0, "weight_decay": 0.0, "initial_accumulator_value": 0.0,
             "eps": 1e-10, "maximize": False}
+ROLES = {"lr": Role(STEP_SIZE), "lr_decay": Role(STEP_SIZE_DECAY), "weight_decay": Role(DECAY, "wd"),
+         "initial_accumulator_value": Role(INITIAL_ACCUMULATOR), "eps": Role(GUARD),
+         "maximize": Role(NO_PRECISION_ROLE)}
 
 
 def validate(hparams: list[dict]) -> list[dict]:
@@ -168,7 +172,7 @@ FORMS = {
     },
 }
 
-SPECS = (OptimizerSpec(name="adagrad", step=step, validate=validate, convention=TORCH_ADAGRAD, state_keys=("sum",), defaults=DEFAULTS, forms=FORMS,
+SPECS = (OptimizerSpec(name="adagrad", step=step, validate=validate, convention=TORCH_ADAGRAD, state_keys=("sum",), defaults=DEFAULTS, forms=FORMS, roles=ROLES,
                        options=frozenset({"lr_decay", "initial_accumulator_value", "maximize"}),
                        eager_state={"sum": "initial_accumulator_value"}, counter_hparams=("lr_decay",),
                        summary="Adagrad (torch.optim.Adagrad)",

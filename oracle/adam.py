@@ -74,7 +74,8 @@ import numpy as np
 from .common import (ZERO_DECAYS, GradScaling, OptState, bias_corrections, check_betas, check_counter, check_flag,
                      check_range, drive, l2_applies, maybe_fp32, with_defaults)
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
-from .spec import OptimizerSpec
+from .spec import (
+    DECAY, FIRST_MOMENT_RATE, GUARD, NO_PRECISION_ROLE, SECOND_MOMENT_RATE, STEP_SIZE, OptimizerSpec, Role)
 
 DECAYS = ("l2", "decoupled", "decoupled_update", "decoupled_after")
 EPS_MODES = ("outside", "outside_corrected", "inside", "hat")
@@ -169,6 +170,11 @@ TRANSFORMERS_ADAMW = AdamConvention(decay="decoupled_after", eps_mode="hat")
 # read only under momentum="nadam" (default torch's 4e-3).
 DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0,
             "amsgrad": False, "maximize": False, "eps_root": 0.0, "momentum_decay": 4e-3}
+ROLES = {"lr": Role(STEP_SIZE), "betas": (Role(FIRST_MOMENT_RATE, "beta1"), Role(SECOND_MOMENT_RATE, "beta2")),
+         "eps": Role(GUARD), "weight_decay": Role(DECAY, "wd"), "eps_root": Role(GUARD),
+         # psi only shapes NAdam's momentum schedule 0.96 ** (t * psi): nothing held near 0 or 1
+         "amsgrad": Role(NO_PRECISION_ROLE), "maximize": Role(NO_PRECISION_ROLE),
+         "momentum_decay": Role(NO_PRECISION_ROLE)}
 
 
 def validate(hparams: list[dict]) -> list[dict]:
@@ -429,7 +435,7 @@ def _spec(name, conv, summary, presets):
     return OptimizerSpec(name=name, step=step, validate=validate, convention=conv, state_keys=("exp_avg", "exp_avg_sq"),
                          defaults=DEFAULTS, options=frozenset({"amsgrad", "maximize", "eps_root", "momentum_decay"}),
                          optional_state={"max_exp_avg_sq": "amsgrad"}, summary=summary,
-                         forms={**FORMS, "decay": DECAY_FORMS[name]}, presets=presets)
+                         forms={**FORMS, "decay": DECAY_FORMS[name]}, presets=presets, roles=ROLES)
 
 
 SPECS = (_spec("adam", TORCH_ADAM, "Adam, L2 decay (torch.optim.Adam)",

@@ -50,7 +50,8 @@ from .adam import moments
 from .common import (GradScaling, OptState, as_float64_named, bias_corrections, check_betas, check_counter, check_flag,
                      check_inv_scale, check_range, check_structure, drive, maybe_fp32, with_defaults)
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, OTHER, VARIANT, Form, ref
-from .spec import OptimizerSpec
+from .spec import (
+    DECAY, FIRST_MOMENT_RATE, GUARD, NO_PRECISION_ROLE, SECOND_MOMENT_RATE, STEP_SIZE, OptimizerSpec, Role)
 
 DECAYS = ("decoupled_update", "l2", "decoupled")
 BIAS_CORRECTIONS = ("moments", "step_size", "step_size_bc1", "none")
@@ -110,6 +111,11 @@ PYTORCH_OPTIMIZER_LAMB = LambConvention(decay="decoupled", bias_correction="step
 DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.01,
             "grad_averaging": True, "max_grad_norm": 1.0, "min_coeff": 0.01, "max_coeff": 10.0,
             "eps_root": 0.0, "trust_eps": 0.0, "norm_lower": 0.0, "norm_upper": math.inf}
+_BOUND = Role(NO_PRECISION_ROLE)  # a flag, a clip threshold or a bound on the trust ratio
+ROLES = {"lr": Role(STEP_SIZE), "betas": (Role(FIRST_MOMENT_RATE, "beta1"), Role(SECOND_MOMENT_RATE, "beta2")),
+         "eps": Role(GUARD), "weight_decay": Role(DECAY, "wd"), "eps_root": Role(GUARD),
+         "trust_eps": Role(GUARD), "grad_averaging": _BOUND, "max_grad_norm": _BOUND, "min_coeff": _BOUND,
+         "max_coeff": _BOUND, "norm_lower": _BOUND, "norm_upper": _BOUND}
 
 
 def validate(hparams: list[dict]) -> list[dict]:
@@ -282,7 +288,7 @@ FORMS = {
 
 SPECS = (OptimizerSpec(name="lamb", step=step, validate=validate, convention=APEX_LAMB, reference=PAPER_LAMB, forms=FORMS,
          state_keys=("exp_avg", "exp_avg_sq"),
-                       defaults=DEFAULTS, summary="LAMB (apex FusedLAMB)",
+                       defaults=DEFAULTS, roles=ROLES, summary="LAMB (apex FusedLAMB)",
                        presets={"apex.lamb": APEX_LAMB, "nvlamb": NVLAMB, "paper.lamb": PAPER_LAMB,
                                 "deepspeed.lamb": DEEPSPEED_LAMB, "pytorch_optimizer.lamb": PYTORCH_OPTIMIZER_LAMB,
                                 "optax.lamb": OPTAX_LAMB}),)

@@ -44,7 +44,7 @@ import numpy as np
 from .common import (GradScaling, OptState, check_betas, check_counter, check_flag, check_range, drive, maybe_fp32,
                      with_defaults)
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
-from .spec import OptimizerSpec
+from .spec import DECAY, FIRST_MOMENT_RATE, INTERPOLATION, NO_PRECISION_ROLE, STEP_SIZE, OptimizerSpec, Role
 
 SIGN_ZEROS = ("zero", "copysign")
 
@@ -69,6 +69,9 @@ COPYSIGN_LION = LionConvention(sign_zero="copysign")
 DEEPSPEED_LION = LionConvention(sign_zero="copysign", counter="param", fp32_hparams=True)
 
 DEFAULTS = {"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 0.0, "maximize": False}
+# beta1 weighs the momentum against the grad in the update's sign; beta2 is the momentum's own rate
+ROLES = {"lr": Role(STEP_SIZE), "betas": (Role(INTERPOLATION, "beta1"), Role(FIRST_MOMENT_RATE, "beta2")),
+         "weight_decay": Role(DECAY, "wd"), "maximize": Role(NO_PRECISION_ROLE)}
 
 
 def validate(hparams: list[dict]) -> list[dict]:
@@ -136,6 +139,6 @@ FORMS = {
 }
 
 SPECS = (OptimizerSpec(name="lion", step=step, validate=validate, convention=REFERENCE_LION, forms=FORMS,
-                       state_keys=("exp_avg",), defaults=DEFAULTS, options=frozenset({"maximize"}),
+                       state_keys=("exp_avg",), defaults=DEFAULTS, roles=ROLES, options=frozenset({"maximize"}),
                        summary="Lion, sign of an interpolated momentum (Chen et al. 2023)",
                        presets={"reference.lion": REFERENCE_LION, "deepspeed.cpu_lion": DEEPSPEED_LION}),)

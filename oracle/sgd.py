@@ -36,7 +36,7 @@ import numpy as np
 from .common import (GradScaling, OptState, as_float64, check_counter, check_flag, check_range, drive, maybe_fp32,
                      with_defaults)
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
-from .spec import OptimizerSpec
+from .spec import DECAY, MOMENTUM_RATE, NO_PRECISION_ROLE, STEP_SIZE, OptimizerSpec, Role
 
 DECAYS = ("l2", "decoupled")
 FIRST_STEPS = ("copy", "dampened")
@@ -67,6 +67,10 @@ DECOUPLED_SGD = SGDConvention(decay="decoupled")
 
 DEFAULTS = {"lr": 1e-3, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": False,
             "maximize": False}
+# dampening weighs the grad by (1 - dampening) after the first step; not yet read as a hazard
+ROLES = {"lr": Role(STEP_SIZE), "momentum": Role(MOMENTUM_RATE), "weight_decay": Role(DECAY, "wd"),
+         "dampening": Role(NO_PRECISION_ROLE), "nesterov": Role(NO_PRECISION_ROLE),
+         "maximize": Role(NO_PRECISION_ROLE)}
 
 
 def validate(hparams: list[dict]) -> list[dict]:
@@ -143,7 +147,7 @@ FORMS = {
 }
 
 SPECS = (OptimizerSpec(name="sgd", step=step, validate=validate, convention=TORCH_SGD, state_keys=(), forms=FORMS,
-                       defaults=DEFAULTS, options=frozenset({"dampening", "nesterov", "maximize"}),
+                       defaults=DEFAULTS, roles=ROLES, options=frozenset({"dampening", "nesterov", "maximize"}),
                        optional_state={"momentum_buffer": "momentum"},
                        summary="SGD with momentum (torch.optim.SGD)",
                        presets={"torch.sgd": TORCH_SGD, "decoupled.sgd": DECOUPLED_SGD}),)

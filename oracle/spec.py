@@ -18,6 +18,35 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 
+# What a hyperparameter is to the update. Code that judges every optimizer alike (the precision hazards,
+# oracle.compare.hazards) reads these, never a hyperparameter's name: RMSprop's alpha and Adam's beta2
+# are both the decay rate of a second moment and are held alike.
+STEP_SIZE = "step size"                      # the update is proportional to it (lr)
+GUARD = "denominator guard"                  # added where a denominator may be 0 (eps)
+DECAY = "weight decay coefficient"           # lr * it is the per-step decay; p * (1 - lr * it) when decoupled
+FIRST_MOMENT_RATE = "first-moment decay rate"    # m <- rate * m + (1 - rate) * g
+SECOND_MOMENT_RATE = "second-moment decay rate"  # v <- rate * v + (1 - rate) * g^2 ((1 - rate) held on its own)
+INTERPOLATION = "update interpolation weight"    # the update follows rate * m + (1 - rate) * g (Lion's beta1)
+MOMENTUM_RATE = "momentum decay rate"        # buf <- rate * buf + g (SGD's momentum, Lion's beta2)
+STEP_SIZE_DECAY = "step-size decay"          # lr / (1 + (t - 1) * it) (Adagrad's lr_decay)
+INITIAL_ACCUMULATOR = "initial accumulator"  # the accumulator's value before the first step
+NO_PRECISION_ROLE = "no precision role"      # a flag, a clip threshold, a bound: nothing held near 0 or 1
+ROLES = (STEP_SIZE, GUARD, DECAY, FIRST_MOMENT_RATE, SECOND_MOMENT_RATE, INTERPOLATION, MOMENTUM_RATE,
+         STEP_SIZE_DECAY, INITIAL_ACCUMULATOR, NO_PRECISION_ROLE)
+
+
+@dataclass(frozen=True)
+class Role:
+    """A hyperparameter's role, and how a hazard writes it (its name when `symbol` is empty)."""
+
+    what: str
+    symbol: str = ""
+
+    def __post_init__(self):
+        if self.what not in ROLES:
+            raise ValueError(f"unknown hyperparameter role {self.what!r}; one of {', '.join(ROLES)}")
+
+
 @dataclass(frozen=True)
 class OptimizerSpec:
     """The specification's view of one optimizer.
@@ -45,6 +74,8 @@ class OptimizerSpec:
     presets:     named conventions real libraries follow, {name: convention} (what inference chooses
                  among and a report can name: oracle.compare.targets.conventions.catalog). A library
                  whose evidence lives in its target module declares its own there (PRESETS).
+    roles:       every hyperparameter's Role, {name: Role}, or a tuple of Roles for a tuple-valued
+                 one (betas); every key of `defaults` has one (checked here).
     """
 
     name: str
@@ -63,10 +94,29 @@ class OptimizerSpec:
     reference: object = None
     forms: dict = field(default_factory=dict)
     presets: dict = field(default_factory=dict)
+    roles: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.reference is None:
             object.__setattr__(self, "reference", self.convention)
+        missing = sorted(set(self.defaults) - set(self.roles))
+        extra = sorted(set(self.roles) - set(self.defaults))
+        if missing or extra:
+            raise ValueError(f"optimizer {self.name!r}: roles must name every hyperparameter of defaults"
+                             + (f"; no role for {', '.join(missing)}" if missing else "")
+                             + (f"; roles for unknown {', '.join(extra)}" if extra else ""))
+
+    def roles_of(self, hparams: dict) -> list[tuple[str, Role, object]]:
+        """(symbol, role, value) of every scalar hyperparameter in `hparams`, tuple components apart."""
+        out = []
+        for name, role in self.roles.items():
+            if name not in hparams:
+                continue
+            if isinstance(role, tuple):
+                out += [(r.symbol or f"{name}[{i}]", r, v) for i, (r, v) in enumerate(zip(role, hparams[name]))]
+            else:
+                out.append((role.symbol or name, role, hparams[name]))
+        return out
 
     def state_keys_for(self, hparams: dict) -> tuple:
         """The array state keys a param carries under these hyperparameters."""
@@ -114,4 +164,4 @@ def registry() -> dict[str, OptimizerSpec]:
     return out
 
 
-__all__ = ["OptimizerSpec", "assigns", "registry"]
+__all__ = ["OptimizerSpec", "ROLES", "Role", "assigns", "registry"]

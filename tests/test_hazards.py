@@ -201,3 +201,48 @@ def test_float64_internal_control_passes_every_check():
     # the declared float32 math has hazards (1 - lr*wd keeps 8 of 24 bits): reported, failing nothing
     hazards = [h for r in results for h in r.hazards]
     assert any(h["quantity"] == "1 - lr*wd" and h["compute"] == "float32" for h in hazards)
+
+
+def test_hazards_follow_declared_roles_not_names(monkeypatch):
+    """A second moment's decay rate is held alike whatever the optimizer calls it: a toy spec naming it
+    alpha (as RMSprop does) gets beta2's hazards, under its own name."""
+    import dataclasses
+
+    import oracle
+    from oracle.spec import GUARD, NO_PRECISION_ROLE, SECOND_MOMENT_RATE, STEP_SIZE, Role
+    adam = oracle.SPECS["adam"]
+    toy = dataclasses.replace(adam, name="toy", defaults={"lr": 1e-2, "alpha": 0.99, "eps": 1e-8, "centered": False},
+                              roles={"lr": Role(STEP_SIZE), "alpha": Role(SECOND_MOMENT_RATE), "eps": Role(GUARD),
+                                     "centered": Role(NO_PRECISION_ROLE)},
+                              validate=lambda hps: [{"lr": 1e-2, "alpha": 0.99, "eps": 1e-8, "centered": False, **h}
+                                                    for h in hps])
+    monkeypatch.setitem(oracle.SPECS, "toy", toy)
+    found = _by_name(H.analyze("toy", [{"alpha": 0.9999}], TORCH_ADAMW, "bfloat16", 20))
+    assert found["alpha"].kind == "rounds to 1" and "second moment stops following" in found["alpha"].consequence
+    assert "1 - alpha" not in found  # 1e-4 is a normal bfloat16 number
+    assert set(found) == {"alpha"}
+    adam_found = _by_name(H.analyze("adam", [{"betas": (0.9, 0.9999)}], TORCH_ADAMW, "bfloat16", 20))
+    assert adam_found["beta2"].kind == found["alpha"].kind and adam_found["beta2"].stored == found["alpha"].stored
+
+
+def test_every_hyperparameter_has_a_role():
+    import dataclasses
+
+    import oracle
+    from oracle.spec import ROLES, Role
+    for spec in oracle.SPECS.values():
+        for name, role in spec.roles.items():
+            assert all(r.what in ROLES for r in (role if isinstance(role, tuple) else (role,))), (spec.name, name)
+    adam = oracle.SPECS["adam"]
+    with pytest.raises(ValueError, match="no role for eps"):
+        dataclasses.replace(adam, roles={k: v for k, v in adam.roles.items() if k != "eps"})
+    with pytest.raises(ValueError, match="unknown hyperparameter role"):
+        Role("decay of the second moment")
+
+
+def test_decoupled_decay_is_a_hazard_wherever_the_convention_decouples_it():
+    # LAMB's decoupled form multiplies p by (1 - lr*wd) like AdamW's (oracle.lamb); the L2 form does not
+    from oracle.lamb import APEX_LAMB, PYTORCH_OPTIMIZER_LAMB
+    hp = [{"lr": 1e-3, "weight_decay": 1e-2}]
+    assert "1 - lr*wd" in _by_name(H.analyze("lamb", hp, PYTORCH_OPTIMIZER_LAMB, "bfloat16", 20))
+    assert "1 - lr*wd" not in _by_name(H.analyze("lamb", hp, APEX_LAMB, "bfloat16", 20))

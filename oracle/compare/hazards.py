@@ -96,39 +96,59 @@ def _f32(x: float, enabled: bool) -> float:
 
 
 def quantities(optimizer: str, hp: dict, convention, steps: int) -> list[Quantity]:
-    """The constants one group's hyperparameters give this optimizer's kernel."""
-    f = lambda k: _f32(hp[k], getattr(convention, "fp32_hparams", False)) if k in hp else None  # noqa: E731
-    lr, wd, eps = f("lr"), f("weight_decay"), f("eps")
-    out = [Quantity("lr", lr, "value", "the update is lost: params never move")]
-    if eps is not None:
-        out.append(Quantity("eps", eps, "value",
-                            "eps is lost: where the second moment is 0 (a zero grad) the update divides 0 by 0"))
-    if wd:
-        out.append(Quantity("weight_decay", wd, "value", "weight decay is lost", "decay"))
-        out.append(Quantity("lr*wd", lr * wd, "value", "the per-step decay lr*wd is lost", "decay"))
-        if getattr(convention, "decay", "decoupled") == "decoupled" and optimizer in ("adam", "adamw", "lion"):
-            out.append(Quantity("1 - lr*wd", 1.0 - lr * wd, "complement",
-                                "decoupled decay is lost: p * (1 - lr*wd) leaves p unchanged", "decay"))
-    if "betas" in hp:
-        b1, b2 = (_f32(b, getattr(convention, "fp32_hparams", False)) for b in hp["betas"])
-        out.append(Quantity("beta1", b1, "complement", "1 - beta1 = 0: the first moment stops following the grads"))
-        if optimizer == "lion":
-            out.append(Quantity("beta2", b2, "complement", "1 - beta2 = 0: the momentum stops following the grads"))
-        else:
-            out.append(Quantity("beta2", b2, "complement",
-                                "1 - beta2 = 0: the second moment stops following the squared grads"))
-            out.append(Quantity("1 - beta2", 1.0 - b2, "value",
-                                "the squared grad's weight (1 - beta2) is lost: the second moment stays 0"))
-    if hp.get("momentum"):
-        out.append(Quantity("momentum", f("momentum"), "complement", "the momentum buffer never decays"))
-    if hp.get("lr_decay"):
-        out.append(Quantity("lr_decay", f("lr_decay"), "value", "the learning-rate decay is lost"))
-        clr = lr / (1.0 + (steps - 1) * f("lr_decay"))
-        out.append(Quantity(f"lr/(1+{steps - 1}*lr_decay)", clr, "value", "the decayed learning rate is lost"))
-    if hp.get("initial_accumulator_value"):
-        out.append(Quantity("initial_accumulator_value", f("initial_accumulator_value"), "value",
-                            "the initial accumulator is lost"))
-    return [q for q in out if q.value is not None]
+    """The constants one group's hyperparameters give this optimizer's kernel, read from the roles its
+    spec declares (oracle.spec.Role), never from the hyperparameters' names."""
+    import importlib
+
+    import oracle
+    S = importlib.import_module("oracle.spec")  # the module (oracle.spec is also a function)
+    fp32 = getattr(convention, "fp32_hparams", False)
+    held = [(sym, role.what, _f32(v, fp32)) for sym, role, v in oracle.SPECS[optimizer].roles_of(hp)
+            if role.what != S.NO_PRECISION_ROLE and v is not None]
+    lr = next(((sym, v) for sym, what, v in held if what == S.STEP_SIZE), None)
+    out = []
+    for sym, what, v in held:
+        out += _role_quantities(S, sym, what, v, lr, convention, steps)
+    return out
+
+
+def _role_quantities(S, sym: str, what: str, v: float, lr, convention, steps: int) -> list[Quantity]:
+    """What a kernel holds for one hyperparameter of role `what` (lr: the step size's (symbol, value))."""
+    if what == S.STEP_SIZE:
+        return [Quantity(sym, v, "value", "the update is lost: params never move")]
+    if what == S.GUARD:
+        return [Quantity(sym, v, "value",
+                         f"{sym} is lost: where the denominator it guards is 0 (a zero grad) the update divides 0 by 0")]
+    if what == S.FIRST_MOMENT_RATE:
+        return [Quantity(sym, v, "complement", f"1 - {sym} = 0: the first moment stops following the grads")]
+    if what == S.SECOND_MOMENT_RATE:
+        return [Quantity(sym, v, "complement", f"1 - {sym} = 0: the second moment stops following the squared grads"),
+                Quantity(f"1 - {sym}", 1.0 - v, "value",
+                         f"the squared grad's weight (1 - {sym}) is lost: the second moment stays 0")]
+    if what == S.INTERPOLATION:
+        return [Quantity(sym, v, "complement", f"1 - {sym} = 0: the update stops following the grads")]
+    if not v:
+        return []  # the roles below are off at 0, and 0 is exact
+    if what == S.DECAY:
+        out = [Quantity(sym, v, "value", "weight decay is lost", "decay")]
+        if lr is not None:
+            out.append(Quantity(f"{lr[0]}*{sym}", lr[1] * v, "value", f"the per-step decay {lr[0]}*{sym} is lost", "decay"))
+            # decoupled decay multiplies p by (1 - lr*wd): held near 1, its distance from 1 carries it
+            if getattr(convention, "decay", "decoupled") == "decoupled":
+                out.append(Quantity(f"1 - {lr[0]}*{sym}", 1.0 - lr[1] * v, "complement",
+                                    f"decoupled decay is lost: p * (1 - {lr[0]}*{sym}) leaves p unchanged", "decay"))
+        return out
+    if what == S.MOMENTUM_RATE:
+        return [Quantity(sym, v, "complement", "the momentum buffer never decays")]
+    if what == S.STEP_SIZE_DECAY:
+        out = [Quantity(sym, v, "value", "the learning-rate decay is lost")]
+        if lr is not None:
+            out.append(Quantity(f"{lr[0]}/(1+{steps - 1}*{sym})", lr[1] / (1.0 + (steps - 1) * v), "value",
+                                "the decayed learning rate is lost"))
+        return out
+    if what == S.INITIAL_ACCUMULATOR:
+        return [Quantity(sym, v, "value", "the initial accumulator is lost")]
+    raise ValueError(f"hazards know no role {what!r}")
 
 
 def consequence(q: Quantity, kind: str, stored: float, compute: str) -> str:
