@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from .base import Bucket, FusedOptimizer, StepArgs, check_range
+from .base import Bucket, FusedOptimizer, StepArgs
 
 
 class FusedAdagrad(FusedOptimizer):
+    SPEC = "adagrad"  # its hyperparameters have the roles oracle.adagrad declares (validation shared)
     MOMENTS = ("sum",)
     # oracle options this class implements (the comparison engine reads it)
     OPTIONS = ("lr_decay", "initial_accumulator_value")
@@ -33,10 +34,6 @@ class FusedAdagrad(FusedOptimizer):
                         adagrad_w_mode=adagrad_w_mode, maximize=maximize, capturable=capturable,
                         master_weights=master_weights, moment_dtype=moment_dtype)
         super().__init__(params, defaults)
-
-    def _check_hparams(self, gi: int, group: dict) -> None:
-        for name in ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
-            check_range(gi, name, group[name])
 
     def _init_moments(self, group: dict, p: torch.Tensor, state: dict) -> None:
         state["sum"] = torch.full_like(p, float(group["initial_accumulator_value"]), dtype=group["moment_dtype"],

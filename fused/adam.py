@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from .base import Bucket, FusedOptimizer, StepArgs, check_betas, check_range
+from .base import Bucket, FusedOptimizer, StepArgs
 
 
 class FusedAdam(FusedOptimizer):
+    SPEC = "adam"  # its hyperparameters have the roles oracle.adam declares (validation shared)
     MOMENTS = ("exp_avg", "exp_avg_sq")
     NONNEGATIVE = ("exp_avg_sq",)
 
@@ -30,12 +31,6 @@ class FusedAdam(FusedOptimizer):
                         weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize, capturable=capturable,
                         master_weights=master_weights, moment_dtype=moment_dtype)
         super().__init__(params, defaults)
-
-    def _check_hparams(self, gi: int, group: dict) -> None:
-        check_range(gi, "lr", group["lr"])
-        check_betas(gi, group["betas"])
-        check_range(gi, "eps", group["eps"])
-        check_range(gi, "weight_decay", group["weight_decay"])
 
     def _init_moments(self, group: dict, p: torch.Tensor, state: dict) -> None:
         for key in ("exp_avg", "exp_avg_sq"):

@@ -26,6 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from oracle import hparams
+from oracle.hparams import check_flag, is_real, short
+
 from . import _ext
 
 PARAM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -43,10 +46,8 @@ TORCH_DEFAULT_KEYS = ("differentiable",)
 
 
 def check_range(group: int, name: str, value, low=0.0, high=None, high_open=False, low_open=False) -> None:
-    """ValueError naming the group unless a hyperparameter is a finite real
-    number in range. Bools are not numbers here (lr=True is a mistake, not 1.0);
-    NumPy scalars are. A device tensor (capturable lr) is not read: that would
-    synchronize."""
+    """oracle.hparams.check_range, also taking a 1-element real tensor (capturable lr). A device tensor
+    is not read: that would synchronize."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"group {group}: {name} must be a number or a 1-element tensor")
@@ -55,39 +56,15 @@ def check_range(group: int, name: str, value, low=0.0, high=None, high_open=Fals
         if value.device.type != "cpu":
             return
         value = value.item()
-    if not is_real(value):
-        raise ValueError(f"group {group}: {name}={short(value)} must be a real number ({type(value).__name__} given)")
-    try:
-        x = float(value)
-    except OverflowError:
-        x = math.inf
-    ok = math.isfinite(x) and (x > low if low_open else x >= low)
-    if ok and high is not None:
-        ok = x < high if high_open else x <= high
-    if not ok:
-        if high is not None:
-            bound = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        else:
-            bound = f"{'>' if low_open else '>='} {low} and finite"
-        raise ValueError(f"group {group}: {name}={short(value)} must be {bound}")
+    hparams.check_range(group, name, value, low=low, high=high, high_open=high_open, low_open=low_open)
 
 
-def short(value, limit: int = 40) -> str:
-    """repr(value), cut to `limit` characters (10**400 has 401 digits)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def is_real(value) -> bool:
-    """A real number that is not a bool (Python or NumPy)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-
-
-def check_flag(group: int, name: str, value) -> None:
-    """A switch: True or False (NumPy bools too). A string such as "False"
-    would be truthy, and an int is most likely a misplaced number."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"group {group}: {name}={short(value)} must be True or False")
+def check_roles(group: int, hp: dict, optimizer: str) -> None:
+    """Every hyperparameter of this group that the oracle's `optimizer` declares a role for, held to it
+    as the oracle's validate holds it (oracle.hparams; switches are checked by flag_names)."""
+    import oracle
+    hparams.check_roles(group, hp, oracle.SPECS[optimizer].roles, oracle.SPECS[optimizer].defaults,
+                        check=check_range, flags=False)
 
 
 def host_value(x):
@@ -241,7 +218,8 @@ class FusedOptimizer(torch.optim.Optimizer):
         self._check_hparams(gi, group)
 
     def _check_hparams(self, gi: int, group: dict) -> None:
-        raise NotImplementedError
+        """The group's hyperparameters held to the roles the oracle's spec declares (SPEC)."""
+        check_roles(gi, group, self.SPEC)
 
     def _live_params(self, gi: int, group: dict) -> list[tuple[int, torch.Tensor]]:
         """(index, param) of the params with a grad, after checking them. Each step runs this for every
@@ -280,6 +258,7 @@ class FusedOptimizer(torch.optim.Optimizer):
     # ------------------------------------------------------------ state schema
 
     MOMENTS: tuple = ()  # the state keys of the moments, in moment_dtype
+    SPEC: str = ""  # the oracle optimizer whose hyperparameter roles this class's hyperparameters have
     OPTIONS: tuple = ()  # the oracle options (oracle.spec OptimizerSpec.options) this class implements
     # moments a stepped param may lack (checked when present): SGD's buffer
     # exists only while momentum != 0, and torch keeps it when momentum drops to 0
@@ -609,14 +588,6 @@ def flag_names(cls) -> tuple:
     bool default, less the unsupported ones (refused when truthy)."""
     return tuple(name for name, prm in inspect.signature(cls.__init__).parameters.items()
                  if isinstance(prm.default, bool) and (name not in UNSUPPORTED or name in cls.FLAGS))
-
-
-def check_betas(group: int, betas) -> None:
-    """(beta1, beta2), each in [0, 1)."""
-    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise ValueError(f"group {group}: betas must be a pair (beta1, beta2), got {betas!r}")
-    for k, b in enumerate(betas):
-        check_range(group, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
 
 
 @dataclass

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import torch
 
-from .base import Bucket, FusedOptimizer, Scaling, call_kernel, check_betas, check_range, stream_arg
+from .base import Bucket, FusedOptimizer, Scaling, call_kernel, stream_arg
 
 
 class FusedLAMB(FusedOptimizer):
+    SPEC = "lamb"  # its hyperparameters have the roles oracle.lamb declares (validation shared)
     MOMENTS = ("exp_avg", "exp_avg_sq")
     NONNEGATIVE = ("exp_avg_sq",)
 
@@ -40,11 +41,6 @@ class FusedLAMB(FusedOptimizer):
                         max_grad_norm=max_grad_norm, use_nvlamb=use_nvlamb, master_weights=master_weights,
                         moment_dtype=moment_dtype)
         super().__init__(params, defaults)
-
-    def _check_hparams(self, gi: int, group: dict) -> None:
-        for name in ("lr", "eps", "weight_decay", "max_grad_norm"):
-            check_range(gi, name, group[name])
-        check_betas(gi, group["betas"])
 
     def _init_moments(self, group: dict, p: torch.Tensor, state: dict) -> None:
         for key in ("exp_avg", "exp_avg_sq"):

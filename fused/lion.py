@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from .base import Bucket, FusedOptimizer, StepArgs, check_betas, check_range
+from .base import Bucket, FusedOptimizer, StepArgs
 
 
 class FusedLion(FusedOptimizer):
+    SPEC = "lion"  # its hyperparameters have the roles oracle.lion declares (validation shared)
     OPTIONS = ("maximize",)  # oracle options it implements (the comparison engine reads it)
     MOMENTS = ("exp_avg",)
     FLAGS = frozenset({"maximize"})
@@ -29,11 +30,6 @@ class FusedLion(FusedOptimizer):
         defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay, maximize=maximize, capturable=capturable,
                         master_weights=master_weights, moment_dtype=moment_dtype)
         super().__init__(params, defaults)
-
-    def _check_hparams(self, gi: int, group: dict) -> None:
-        check_range(gi, "lr", group["lr"])
-        check_betas(gi, group["betas"])
-        check_range(gi, "weight_decay", group["weight_decay"])
 
     def _init_moments(self, group: dict, p: torch.Tensor, state: dict) -> None:
         state["exp_avg"] = torch.zeros_like(p, dtype=group["moment_dtype"], memory_format=torch.contiguous_format)

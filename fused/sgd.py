@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import torch
 
-from .base import Bucket, FusedOptimizer, StepArgs, check_range
+from oracle.sgd import check_nesterov
+
+from .base import Bucket, FusedOptimizer, StepArgs
 
 
 class FusedSGD(FusedOptimizer):
+    SPEC = "sgd"  # its hyperparameters have the roles oracle.sgd declares (validation shared)
     OPTIONAL_MOMENTS = ("momentum_buffer",)
     FLAGS = frozenset({"maximize"})
     OPTIONS = ("dampening", "nesterov", "maximize")
@@ -39,12 +42,8 @@ class FusedSGD(FusedOptimizer):
         super().__init__(params, defaults)
 
     def _check_hparams(self, gi: int, group: dict) -> None:
-        for name in ("lr", "momentum", "weight_decay"):
-            check_range(gi, name, group[name])
-        check_range(gi, "dampening", group["dampening"], low=-float("inf"))  # any number, as torch; not NaN
-        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-            raise ValueError(f"group {gi}: nesterov requires momentum > 0 and dampening == 0, got momentum="
-                             f"{group['momentum']!r}, dampening={group['dampening']!r}")
+        super()._check_hparams(gi, group)
+        check_nesterov(gi, group)
 
     def _init_moments(self, group: dict, p: torch.Tensor, state: dict) -> None:
         pass  # the buffer is made in _update, where its first step is known

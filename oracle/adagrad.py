@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import (ZERO_DECAYS, GradScaling, OptState, check_counter, check_flag, check_range, drive,
-                     l2_applies, maybe_fp32, with_defaults)
+from .common import (ZERO_DECAYS, GradScaling, OptState, ascent, check_counter, drive, held, l2_applies)
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
+from .hparams import validated
 from .spec import (
     DECAY, GUARD, INITIAL_ACCUMULATOR, NO_PRECISION_ROLE, STEP_SIZE, STEP_SIZE_DECAY, OptimizerSpec, Role)
 
@@ -85,24 +85,16 @@ ROLES = {"lr": Role(STEP_SIZE), "lr_decay": Role(STEP_SIZE_DECAY), "weight_decay
 
 
 def validate(hparams: list[dict]) -> list[dict]:
-    out = []
-    for g, hp in enumerate(hparams):
-        hp = with_defaults(g, hp, DEFAULTS)
-        check_flag(g, "maximize", hp["maximize"])
-        for name in ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
-            check_range(g, name, hp[name], low=0.0)
-        out.append(hp)
-    return out
+    """Fill defaults and hold each hyperparameter to its role (oracle.hparams); ValueError naming the group."""
+    return validated(hparams, DEFAULTS, ROLES)
 
 
 def update(p, g, st, hp, t, conv: AdagradConvention):
     """One Adagrad update of one param; returns (new p, new state entry)."""
-    f = lambda x: maybe_fp32(x, conv.fp32_hparams)  # noqa: E731
-    lr, eps, wd, lr_decay = f(hp["lr"]), f(hp["eps"]), f(hp["weight_decay"]), f(hp["lr_decay"])
+    lr, eps, wd, lr_decay, init = held(hp, conv, "lr", "eps", "weight_decay", "lr_decay", "initial_accumulator_value")
     st = dict(st)
-    h = st.get("sum", np.full_like(p, f(hp["initial_accumulator_value"])))
-    if hp["maximize"]:
-        g = -g
+    h = st.get("sum", np.full_like(p, init))
+    g = ascent(g, hp)
     l2 = l2_applies(wd, conv.zero_decay)
     if conv.decay == "l2" and l2:
         g = g + wd * p

@@ -71,9 +71,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import (ZERO_DECAYS, GradScaling, OptState, bias_corrections, check_betas, check_counter, check_flag,
-                     check_range, drive, l2_applies, maybe_fp32, with_defaults)
+from .common import (ZERO_DECAYS, GradScaling, OptState, add_l2, ascent, bias_corrections, check_counter,
+                     decay_decoupled, drive, held)
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
+from .hparams import validated
 from .spec import (
     DECAY, FIRST_MOMENT_RATE, GUARD, NO_PRECISION_ROLE, SECOND_MOMENT_RATE, STEP_SIZE, OptimizerSpec, Role)
 
@@ -178,20 +179,8 @@ ROLES = {"lr": Role(STEP_SIZE), "betas": (Role(FIRST_MOMENT_RATE, "beta1"), Role
 
 
 def validate(hparams: list[dict]) -> list[dict]:
-    """Fill defaults and check ranges; raises ValueError naming the group."""
-    out = []
-    for g, hp in enumerate(hparams):
-        hp = with_defaults(g, hp, DEFAULTS)
-        for name in ("amsgrad", "maximize"):
-            check_flag(g, name, hp[name])
-        check_range(g, "lr", hp["lr"], low=0.0)
-        check_betas(g, hp["betas"])
-        check_range(g, "eps", hp["eps"], low=0.0)
-        check_range(g, "weight_decay", hp["weight_decay"], low=0.0)
-        check_range(g, "eps_root", hp["eps_root"], low=0.0)
-        check_range(g, "momentum_decay", hp["momentum_decay"], low=0.0)
-        out.append(hp)
-    return out
+    """Fill defaults and hold each hyperparameter to its role (oracle.hparams); ValueError naming the group."""
+    return validated(hparams, DEFAULTS, ROLES)
 
 
 def init_state(p: np.ndarray, hp: dict, conv: "AdamConvention | None" = None) -> dict:
@@ -291,17 +280,13 @@ def nadam_apply(p, g, m, denom, st, lr, b1, psi, t):
 
 def update(p, g, st, hp, t, conv: AdamConvention):
     """One Adam(W) update of one param; returns (new p, new state entry)."""
-    f = lambda x: maybe_fp32(x, conv.fp32_hparams)  # noqa: E731
-    lr, eps, wd, eps_root = f(hp["lr"]), f(hp["eps"]), f(hp["weight_decay"]), f(hp["eps_root"])
-    b1, b2 = f(hp["betas"][0]), f(hp["betas"][1])
+    lr, eps, wd, eps_root, (b1, b2) = held(hp, conv, "lr", "eps", "weight_decay", "eps_root", "betas")
     st = {**init_state(p, hp, conv), **st}
-    if hp["maximize"]:
-        g = -g
+    g = ascent(g, hp)
     if conv.decay == "l2":
-        if l2_applies(wd, conv.zero_decay):
-            g = g + wd * p
+        g = add_l2(g, p, wd, conv.zero_decay)
     elif conv.decay == "decoupled":
-        p = p * (1.0 - lr * wd)
+        p = decay_decoupled(p, lr, wd)
     m, v = st["exp_avg"], st["exp_avg_sq"] = moments(st, g, b1, b2, 1.0 - b1)
     bc1, bc2 = corrections(b1, b2, t, p, conv)
     if conv.eps_mode == "hat":
@@ -313,7 +298,7 @@ def update(p, g, st, hp, t, conv: AdamConvention):
         denom = denominator(v, bc2, eps, conv.eps_mode, eps_root)
     if conv.momentum == "nadam":
         denom = denom / np.sqrt(bc2) if conv.eps_mode == "hat" else denom
-        p = nadam_apply(p, g, m, denom, st, lr, b1, f(hp["momentum_decay"]), t)
+        p = nadam_apply(p, g, m, denom, st, lr, b1, held(hp, conv, "momentum_decay"), t)
     else:
         u = first_moment(m, g, b1, t, bc1, conv)
         u = u * np.sqrt(bc2) / denom if conv.eps_mode == "hat" else u / denom

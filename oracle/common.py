@@ -8,13 +8,13 @@ are never mutated, new arrays are returned.
 from __future__ import annotations
 
 import copy
-import difflib
 import math
 import numbers
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .hparams import as_float as _float_or_inf, short as _short
 
 # "none": no counter at all (torch SGD, the reference Lion implementations);
 # an update rule that reads no t declares it so that state carries no "step".
@@ -70,6 +70,32 @@ class GradScaling:
 def maybe_fp32(x: float, enabled: bool) -> float:
     """Hyperparameters as a kernel holding them in fp32 sees them."""
     return float(np.float32(x)) if enabled else float(x)
+
+
+# --- the pieces every update rule composes (as optax composes transforms) -----------------------
+
+def held(hp: dict, conv, *names):
+    """The named hyperparameters as the kernel holds them: float32 under the convention's fp32_hparams
+    (each component of a tuple such as betas), float64 otherwise; one value per name."""
+    fp32 = getattr(conv, "fp32_hparams", False)
+    out = tuple(tuple(maybe_fp32(x, fp32) for x in hp[n]) if isinstance(hp[n], (tuple, list)) else maybe_fp32(hp[n], fp32)
+                for n in names)
+    return out[0] if len(out) == 1 else out
+
+
+def ascent(g, hp: dict):
+    """maximize: the update climbs, as on -g (torch's maximize negates the grad first)."""
+    return -g if hp.get("maximize") else g
+
+
+def add_l2(g, p, wd, zero_decay: str = "skip"):
+    """L2 decay folded into the grad, g + wd*p (at wd == 0 per ZERO_DECAYS)."""
+    return g + wd * p if l2_applies(wd, zero_decay) else g
+
+
+def decay_decoupled(p, lr, wd):
+    """Decoupled decay applied to the param itself, p * (1 - lr*wd) (Loshchilov & Hutter 2019)."""
+    return p * (1.0 - lr * wd)
 
 
 def bias_corrections(beta1: float, beta2: float, t: int, enabled: bool) -> tuple[float, float]:
@@ -151,18 +177,6 @@ def check_structure(params, grads, state: OptState, hparams) -> None:
                                      f"!= param shape {np.shape(p)}")
 
 
-def check_betas(group: int, betas) -> None:
-    """A pair, each in [0, 1)."""
-    try:
-        pair = isinstance(betas, (tuple, list, np.ndarray)) and len(tuple(betas)) == 2
-    except TypeError:
-        pair = False
-    if not pair:
-        raise ValueError(f"group {group}: betas must be a pair (beta1, beta2), got {betas!r}")
-    for k, b in enumerate(betas):
-        check_range(group, f"betas[{k}]", b, low=0.0, high=1.0, high_open=True)
-
-
 def as_float64(x, copy: bool = False):
     """Array-likes become float64 arrays (a new one when `copy`). Objects that
     implement numpy's protocols themselves (the harness's error-bounded arrays)
@@ -170,54 +184,6 @@ def as_float64(x, copy: bool = False):
     if hasattr(x, "__array_function__") and not isinstance(x, np.ndarray):
         return x
     return np.array(x, dtype=np.float64) if copy else np.asarray(x, dtype=np.float64)
-
-
-def check_range(group: int, name: str, value, low=None, high=None, high_open=False) -> None:
-    """Hyperparameter range check with a message naming the group: a finite
-    real number (NumPy scalars too; bools are not numbers here)."""
-    ok = (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-          and math.isfinite(_float_or_inf(value)))
-    if ok and low is not None:
-        ok = value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        bound = f"[{low}, inf)" if high is None else f"[{low}, {high}{')' if high_open else ']'}"
-        raise ValueError(f"group {group}: {name}={_short(value)} is outside {bound} (a finite real number)")
-
-
-def _float_or_inf(value) -> float:
-    try:
-        return float(value)
-    except OverflowError:  # an int beyond float range
-        return math.inf
-
-
-def _short(value, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def check_flag(group: int, name: str, value) -> None:
-    """A switch (amsgrad, maximize, ...): True or False, NumPy bools too; a
-    string such as "False" would be truthy."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"group {group}: {name}={_short(value)} must be True or False")
-
-
-def with_defaults(group: int, hp, defaults: dict) -> dict:
-    """One group's hyperparameters over the optimizer's defaults. A key the
-    optimizer does not have is refused (a typo such as `lrr` would otherwise
-    silently run with the default lr), naming the group and the closest key."""
-    if not isinstance(hp, Mapping):
-        raise ValueError(f"group {group}: hyperparameters must be a dict, got {type(hp).__name__}")
-    for key in hp:
-        if key not in defaults:
-            close = difflib.get_close_matches(str(key), [str(k) for k in defaults], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"group {group}: unknown hyperparameter {key!r}{hint} "
-                             f"(this optimizer has {', '.join(sorted(defaults))})")
-    return {**defaults, **hp}
 
 
 def as_counter(where: str, value) -> int:

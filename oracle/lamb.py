@@ -47,9 +47,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .adam import moments
-from .common import (GradScaling, OptState, as_float64_named, bias_corrections, check_betas, check_counter, check_flag,
-                     check_inv_scale, check_range, check_structure, drive, maybe_fp32, with_defaults)
+from .common import (GradScaling, OptState, add_l2, as_float64_named, bias_corrections, check_counter,
+                     check_inv_scale, check_structure, decay_decoupled, drive, held, maybe_fp32)
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, OTHER, VARIANT, Form, ref
+from .hparams import check_range, validated
 from .spec import (
     DECAY, FIRST_MOMENT_RATE, GUARD, NO_PRECISION_ROLE, SECOND_MOMENT_RATE, STEP_SIZE, OptimizerSpec, Role)
 
@@ -115,22 +116,20 @@ _BOUND = Role(NO_PRECISION_ROLE)  # a flag, a clip threshold or a bound on the t
 ROLES = {"lr": Role(STEP_SIZE), "betas": (Role(FIRST_MOMENT_RATE, "beta1"), Role(SECOND_MOMENT_RATE, "beta2")),
          "eps": Role(GUARD), "weight_decay": Role(DECAY, "wd"), "eps_root": Role(GUARD),
          "trust_eps": Role(GUARD), "grad_averaging": _BOUND, "max_grad_norm": _BOUND, "min_coeff": _BOUND,
-         "max_coeff": _BOUND, "norm_lower": _BOUND, "norm_upper": _BOUND}
+         "max_coeff": Role(NO_PRECISION_ROLE, checked=False), "norm_lower": _BOUND,
+         "norm_upper": Role(NO_PRECISION_ROLE, checked=False)}  # both bounded by another (check_bounds)
 
 
 def validate(hparams: list[dict]) -> list[dict]:
-    out = []
-    for g, hp in enumerate(hparams):
-        hp = with_defaults(g, hp, DEFAULTS)
-        check_flag(g, "grad_averaging", hp["grad_averaging"])
-        for name in ("lr", "eps", "weight_decay", "max_grad_norm", "min_coeff", "eps_root", "trust_eps", "norm_lower"):
-            check_range(g, name, hp[name], low=0.0)
-        check_range(g, "max_coeff", hp["max_coeff"], low=hp["min_coeff"])
-        if hp["norm_upper"] != math.inf:  # inf (no upper bound) is the default
-            check_range(g, "norm_upper", hp["norm_upper"], low=hp["norm_lower"])
-        check_betas(g, hp["betas"])
-        out.append(hp)
-    return out
+    """Fill defaults and hold each hyperparameter to its role (oracle.hparams); the trust ratio's bounds
+    ordered. ValueError naming the group."""
+    return validated(hparams, DEFAULTS, ROLES, check_bounds)
+
+
+def check_bounds(g: int, hp: dict) -> None:
+    check_range(g, "max_coeff", hp["max_coeff"], low=hp["min_coeff"])
+    if hp["norm_upper"] != math.inf:  # inf (no upper bound) is the default
+        check_range(g, "norm_upper", hp["norm_upper"], low=hp["norm_lower"])
 
 
 def clip_factor(grads, inv_scale: float, max_grad_norm: float, zero_max_grad_norm: str = "off") -> float:
@@ -144,16 +143,14 @@ def clip_factor(grads, inv_scale: float, max_grad_norm: float, zero_max_grad_nor
 
 def raw_update(p, g, st, hp, t, conv: LambConvention):
     """Stages 2-3: new moments and the update direction u, and the step size."""
-    f = lambda x: maybe_fp32(x, conv.fp32_hparams)  # noqa: E731
-    lr, eps, wd = f(hp["lr"]), f(hp["eps"]), f(hp["weight_decay"])
-    b1, b2 = f(hp["betas"][0]), f(hp["betas"][1])
+    lr, eps, wd, (b1, b2) = held(hp, conv, "lr", "eps", "weight_decay", "betas")
     if conv.decay == "l2":
-        g = g + wd * p
+        g = add_l2(g, p, wd, "add")  # apex adds wd*p unconditionally
     b3 = 1.0 - b1 if hp["grad_averaging"] else 1.0
     m, v = moments({"exp_avg": st.get("exp_avg", 0 * p), "exp_avg_sq": st.get("exp_avg_sq", 0 * p)}, g, b1, b2, b3)
     bc1, bc2 = bias_corrections(b1, b2, t, conv.bias_correction != "none")
     if conv.bias_correction == "moments":
-        eps_root = f(hp["eps_root"])
+        eps_root = held(hp, conv, "eps_root")
         vhat = v / bc2
         u, step_size = (m / bc1) / (np.sqrt(vhat + eps_root if eps_root else vhat) + eps), lr
     elif conv.bias_correction == "step_size_bc1":
@@ -197,7 +194,7 @@ def check_eps_root(hparams: list[dict], conv: LambConvention) -> None:
 
 def update(p, g, st, hp, t, conv: LambConvention, clip: float):
     if conv.decay == "decoupled":
-        p = p * (1.0 - maybe_fp32(hp["lr"], conv.fp32_hparams) * maybe_fp32(hp["weight_decay"], conv.fp32_hparams))
+        p = decay_decoupled(p, *held(hp, conv, "lr", "weight_decay"))
     # clip = inf zeroes the grads: g*0 is g/inf (0 for finite g, NaN for inf or NaN)
     g = g * 0.0 if clip == math.inf else g / clip
     new_st, u, step_size = raw_update(p, g, st, hp, t, conv)

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import (GradScaling, OptState, check_betas, check_counter, check_flag, check_range, drive, maybe_fp32,
-                     with_defaults)
+from .common import (GradScaling, OptState, ascent, check_counter, decay_decoupled, drive, held)
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
+from .hparams import validated
 from .spec import DECAY, FIRST_MOMENT_RATE, INTERPOLATION, NO_PRECISION_ROLE, STEP_SIZE, OptimizerSpec, Role
 
 SIGN_ZEROS = ("zero", "copysign")
@@ -75,16 +75,8 @@ ROLES = {"lr": Role(STEP_SIZE), "betas": (Role(INTERPOLATION, "beta1"), Role(FIR
 
 
 def validate(hparams: list[dict]) -> list[dict]:
-    """Fill defaults and check ranges; raises ValueError naming the group."""
-    out = []
-    for g, hp in enumerate(hparams):
-        hp = with_defaults(g, hp, DEFAULTS)
-        check_flag(g, "maximize", hp["maximize"])
-        check_range(g, "lr", hp["lr"], low=0.0)
-        check_betas(g, hp["betas"])
-        check_range(g, "weight_decay", hp["weight_decay"], low=0.0)
-        out.append(hp)
-    return out
+    """Fill defaults and hold each hyperparameter to its role (oracle.hparams); ValueError naming the group."""
+    return validated(hparams, DEFAULTS, ROLES)
 
 
 def interpolate(m, g, beta):
@@ -98,15 +90,12 @@ def sign(c, sign_zero: str):
 
 def update(p, g, st, hp, conv: LionConvention):
     """One Lion update of one param; returns (new p, new state entry)."""
-    f = lambda x: maybe_fp32(x, conv.fp32_hparams)  # noqa: E731
-    lr, wd = f(hp["lr"]), f(hp["weight_decay"])
-    b1, b2 = f(hp["betas"][0]), f(hp["betas"][1])
+    lr, wd, (b1, b2) = held(hp, conv, "lr", "weight_decay", "betas")
     st = dict(st)
     m = st.get("exp_avg", np.zeros_like(p))
-    if hp["maximize"]:
-        g = -g
+    g = ascent(g, hp)
     c = interpolate(m, g, b1)
-    p = p * (1.0 - lr * wd)
+    p = decay_decoupled(p, lr, wd)
     p = p - lr * sign(c, conv.sign_zero)
     st["exp_avg"] = interpolate(m, g, b2)
     return p, st

@@ -33,9 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import (GradScaling, OptState, as_float64, check_counter, check_flag, check_range, drive, maybe_fp32,
-                     with_defaults)
+from .common import (GradScaling, OptState, add_l2, as_float64, ascent, check_counter, decay_decoupled, drive,
+                     held)
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, VARIANT, Form, ref
+from .hparams import validated
 from .spec import DECAY, MOMENTUM_RATE, NO_PRECISION_ROLE, STEP_SIZE, OptimizerSpec, Role
 
 DECAYS = ("l2", "decoupled")
@@ -67,27 +68,23 @@ DECOUPLED_SGD = SGDConvention(decay="decoupled")
 
 DEFAULTS = {"lr": 1e-3, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": False,
             "maximize": False}
-# dampening weighs the grad by (1 - dampening) after the first step; not yet read as a hazard
+# dampening weighs the grad by (1 - dampening) after the first step (not yet read as a hazard); any finite
+# number, as torch takes any (NaN refused here)
 ROLES = {"lr": Role(STEP_SIZE), "momentum": Role(MOMENTUM_RATE), "weight_decay": Role(DECAY, "wd"),
-         "dampening": Role(NO_PRECISION_ROLE), "nesterov": Role(NO_PRECISION_ROLE),
+         "dampening": Role(NO_PRECISION_ROLE, low=None), "nesterov": Role(NO_PRECISION_ROLE),
          "maximize": Role(NO_PRECISION_ROLE)}
 
 
 def validate(hparams: list[dict]) -> list[dict]:
     """Fill defaults and check like torch's constructor; ValueError naming the group."""
-    out = []
-    for g, hp in enumerate(hparams):
-        hp = with_defaults(g, hp, DEFAULTS)
-        for name in ("nesterov", "maximize"):
-            check_flag(g, name, hp[name])
-        for name in ("lr", "momentum", "weight_decay"):
-            check_range(g, name, hp[name], low=0.0)
-        check_range(g, "dampening", hp["dampening"])  # torch accepts any dampening; NaN is refused here
-        if hp["nesterov"] and (hp["momentum"] <= 0 or hp["dampening"] != 0):
-            raise ValueError(f"group {g}: nesterov requires momentum > 0 and dampening == 0, got momentum="
-                             f"{hp['momentum']!r}, dampening={hp['dampening']!r}")
-        out.append(hp)
-    return out
+    return validated(hparams, DEFAULTS, ROLES, check_nesterov)
+
+
+def check_nesterov(g: int, hp: dict) -> None:
+    """torch's rule, shared with fused.sgd: nesterov needs momentum and no dampening."""
+    if hp["nesterov"] and (hp["momentum"] <= 0 or hp["dampening"] != 0):
+        raise ValueError(f"group {g}: nesterov requires momentum > 0 and dampening == 0, got momentum="
+                         f"{hp['momentum']!r}, dampening={hp['dampening']!r}")
 
 
 def momentum_buffer(p, g, st, mu, dampening, conv: SGDConvention):
@@ -100,15 +97,13 @@ def momentum_buffer(p, g, st, mu, dampening, conv: SGDConvention):
 
 def update(p, g, st, hp, conv: SGDConvention):
     """One SGD update of one param; returns (new p, new state entry)."""
-    f = lambda x: maybe_fp32(x, conv.fp32_hparams)  # noqa: E731
-    lr, mu, dampening, wd = f(hp["lr"]), f(hp["momentum"]), f(hp["dampening"]), f(hp["weight_decay"])
+    lr, mu, dampening, wd = held(hp, conv, "lr", "momentum", "dampening", "weight_decay")
     st = dict(st)
-    if hp["maximize"]:
-        g = -g
-    if conv.decay == "l2" and wd != 0:
-        g = g + wd * p
+    g = ascent(g, hp)
+    if conv.decay == "l2":
+        g = add_l2(g, p, wd)
     elif conv.decay == "decoupled":
-        p = p * (1.0 - lr * wd)
+        p = decay_decoupled(p, lr, wd)
     if mu != 0:
         buf = st["momentum_buffer"] = momentum_buffer(p, g, st, mu, dampening, conv)
         g = g + mu * buf if hp["nesterov"] else buf

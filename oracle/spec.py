@@ -31,16 +31,22 @@ MOMENTUM_RATE = "momentum decay rate"        # buf <- rate * buf + g (SGD's mome
 STEP_SIZE_DECAY = "step-size decay"          # lr / (1 + (t - 1) * it) (Adagrad's lr_decay)
 INITIAL_ACCUMULATOR = "initial accumulator"  # the accumulator's value before the first step
 NO_PRECISION_ROLE = "no precision role"      # a flag, a clip threshold, a bound: nothing held near 0 or 1
+RATES = (FIRST_MOMENT_RATE, SECOND_MOMENT_RATE, INTERPOLATION)  # in [0, 1)
 ROLES = (STEP_SIZE, GUARD, DECAY, FIRST_MOMENT_RATE, SECOND_MOMENT_RATE, INTERPOLATION, MOMENTUM_RATE,
          STEP_SIZE_DECAY, INITIAL_ACCUMULATOR, NO_PRECISION_ROLE)
 
 
 @dataclass(frozen=True)
 class Role:
-    """A hyperparameter's role, and how a hazard writes it (its name when `symbol` is empty)."""
+    """A hyperparameter's role; how a hazard writes it (its name when `symbol` is empty); the range
+    validation holds a number to (oracle.hparams: [low, inf), low None for any finite number; [0, 1)
+    for a decay rate or weight), or checked=False where the optimizer's own validate bounds it by
+    another hyperparameter (LAMB's max_coeff >= min_coeff)."""
 
     what: str
     symbol: str = ""
+    low: float | None = 0.0
+    checked: bool = True
 
     def __post_init__(self):
         if self.what not in ROLES:
@@ -164,4 +170,4 @@ def registry() -> dict[str, OptimizerSpec]:
     return out
 
 
-__all__ = ["OptimizerSpec", "ROLES", "Role", "assigns", "registry"]
+__all__ = ["OptimizerSpec", "RATES", "ROLES", "Role", "assigns", "registry"]

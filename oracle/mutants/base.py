@@ -106,6 +106,43 @@ class _Base(torch.optim.Optimizer):
         if self.MASTERS and p.dtype in LOW_PRECISION:
             st["master_param"] = p.detach().float().clone()
 
+    # --- the one step loop every base shares; a base says what differs per group and per param
+    @torch.no_grad()
+    def step(self, closure=None, inv_scale=1.0, found_inf=False):
+        """closure, then each group with a grad: `_step_group`. inv_scale/found_inf reach the bases that
+        take them (ORACLE_SCALING); the others are never passed them."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._skip(inv_scale, found_inf):
+            return loss
+        for group, extra in zip(self.param_groups, self._group_extras()):
+            self._step_group(group, self._tensors(group), extra, inv_scale)
+        return loss
+
+    def _skip(self, inv_scale, found_inf) -> bool:
+        """Whether the whole step is skipped (found_inf, for the bases that take it)."""
+        return False
+
+    def _group_extras(self) -> list:
+        """One value per group computed across groups before any steps (LAMB's global clip factor)."""
+        return [None] * len(self.param_groups)
+
+    def _step_group(self, group, params, extra, inv_scale) -> None:
+        """Each param's state made, then `_update(p, state, group, *args)` per launch, with the
+        per-param arguments `_per_param` gives (the counter, SGD's first step)."""
+        for p in params:
+            self._init_state(p, group)
+        args = dict(zip(map(id, params), self._per_param(group, params)))
+        self._launch(lambda batch: [self._update(p, self.state[p], group, *args[id(p)]) for p in batch], params)
+
+    def _init_state(self, p, group) -> None:
+        """Make p's state before its first update (bases that make it at construction keep this)."""
+
+    def _per_param(self, group, params) -> list[tuple]:
+        return [()] * len(params)
+
     # --- checkpoints
     def _load_value(self, p, key, value):
         """Restore one saved state tensor: device of the param, dtype as saved
@@ -207,21 +244,8 @@ class TorchAdamW(_Base):
         st["exp_avg"].copy_(m)
         st["exp_avg_sq"].copy_(v)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = self._tensors(group)
-            for p in params:
-                self._init_state(p, group)
-            ts = self._advance(group, params)
-            t_of = dict(zip(map(id, params), ts))
-            self._launch(lambda batch, group=group: [self._update(p, self.state[p], group, t_of[id(p)])
-                                                     for p in batch], params)
-        return loss
+    def _per_param(self, group, params) -> list[tuple]:
+        return [(t,) for t in self._advance(group, params)]
 
 
 class Float64AdamW(TorchAdamW):
@@ -327,23 +351,14 @@ class GroupAdamW(_Base):
         """found_inf skips the whole step: params, state and counters."""
         return bool(found_inf)
 
-    @torch.no_grad()
-    def step(self, closure=None, inv_scale=1.0, found_inf=False):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        if self._skip(inv_scale, found_inf):
-            return loss
-        for group in self.param_groups:
-            params = self._tensors(group)
-            ts = self._advance(group, params)
-            if not params:
-                continue
-            for p in params:
-                self._init_state(p, group)
-            self._launch(lambda batch, group=group, t=ts[0]: self._update_batch(batch, group, t, inv_scale), params)
-        return loss
+    def _step_group(self, group, params, extra, inv_scale) -> None:
+        # the group's counter advances before its params are looked at (TE #1986: even when it has none)
+        ts = self._advance(group, params)
+        if not params:
+            return
+        for p in params:
+            self._init_state(p, group)
+        self._launch(lambda batch: self._update_batch(batch, group, ts[0], inv_scale), params)
 
 
 class GroupAdam(GroupAdamW):
@@ -380,9 +395,10 @@ class Adagrad(_Base):
                                       initial_accumulator_value=initial_accumulator_value, maximize=maximize))
         for group in self.param_groups:
             for p in group["params"]:
-                self._init_state(p, group)
+                self._make_state(p, group)
 
-    def _init_state(self, p, group):
+    def _make_state(self, p, group):
+        """torch's Adagrad makes its state at construction (the step loop's _init_state is not used)."""
         st = self.state[p]
         st["step"] = torch.tensor(0.0, dtype=torch.float64)
         self._init_master(p, st)
@@ -394,7 +410,7 @@ class Adagrad(_Base):
 
     def _update(self, p, st, group):
         if not st:  # a group added after construction
-            self._init_state(p, group)
+            self._make_state(p, group)
         st["step"] += 1
         t = int(st["step"].item())
         g = self._grad(p, group)
@@ -408,16 +424,6 @@ class Adagrad(_Base):
         self._store(p, st, pf)
         st["sum"].copy_(h)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = self._tensors(group)
-            self._launch(lambda batch, group=group: [self._update(p, self.state[p], group) for p in batch], params)
-        return loss
 
 
 # --- LAMB ----------------------------------------------------------------
@@ -455,41 +461,36 @@ class GroupLamb(_Base):
             return 1.0
         return pn / un if pn != 0 and un != 0 else 1.0
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        clips = self._clip_factors()
-        for group, clip in zip(self.param_groups, clips):
-            group["step"] = group.get("step", 0) + 1
-            t = group["step"]
-            params = self._tensors(group)
-            b1, b2 = group["betas"]
-            b3 = 1 - b1 if group["grad_averaging"] else 1.0
-            bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
-            pfs, us, moments = [], [], []
-            for p in params:
-                st = self.state[p]
-                if not st:
-                    st["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-                    st["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
-                g = self._grad(p, group) / clip
-                pf = p.float()
-                m = st["exp_avg"] * b1 + g * b3
-                v = st["exp_avg_sq"] * b2 + g * g * (1 - b2)
-                u = (m / bc1) / ((v / bc2).sqrt() + group["eps"]) + group["weight_decay"] * pf
-                pfs.append(pf)
-                us.append(u)
-                moments.append((m, v))
-            pns, uns = self._norms(pfs, us)
-            for p, pf, u, pn, un, (m, v) in zip(params, pfs, us, pns, uns, moments):
-                r = self._trust(pn, un, group)
-                p.copy_(pf - group["lr"] * r * u)
-                self.state[p]["exp_avg"].copy_(m)
-                self.state[p]["exp_avg_sq"].copy_(v)
-        return loss
+    def _group_extras(self) -> list:
+        return self._clip_factors()
+
+    def _step_group(self, group, params, clip, inv_scale) -> None:
+        """Every param's update direction first, then the trust ratios from their norms."""
+        group["step"] = group.get("step", 0) + 1
+        t = group["step"]
+        b1, b2 = group["betas"]
+        b3 = 1 - b1 if group["grad_averaging"] else 1.0
+        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+        pfs, us, moments = [], [], []
+        for p in params:
+            st = self.state[p]
+            if not st:
+                st["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+                st["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+            g = self._grad(p, group) / clip
+            pf = p.float()
+            m = st["exp_avg"] * b1 + g * b3
+            v = st["exp_avg_sq"] * b2 + g * g * (1 - b2)
+            u = (m / bc1) / ((v / bc2).sqrt() + group["eps"]) + group["weight_decay"] * pf
+            pfs.append(pf)
+            us.append(u)
+            moments.append((m, v))
+        pns, uns = self._norms(pfs, us)
+        for p, pf, u, pn, un, (m, v) in zip(params, pfs, us, pns, uns, moments):
+            r = self._trust(pn, un, group)
+            p.copy_(pf - group["lr"] * r * u)
+            self.state[p]["exp_avg"].copy_(m)
+            self.state[p]["exp_avg_sq"].copy_(v)
 
 
 # --- SGD -----------------------------------------------------------------
@@ -552,19 +553,9 @@ class TorchSGD(_Base):
         pf.add_(g, alpha=-group["lr"])
         self._store(p, st, pf)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = self._tensors(group)
-            firsts = self._first_steps(group, params) if group["momentum"] != 0 else [False] * len(params)
-            first_of = dict(zip(map(id, params), firsts))
-            self._launch(lambda batch, group=group: [self._update(p, self.state[p], group, first_of[id(p)])
-                                                     for p in batch], params)
-        return loss
+    def _per_param(self, group, params) -> list[tuple]:
+        firsts = self._first_steps(group, params) if group["momentum"] != 0 else [False] * len(params)
+        return [(first,) for first in firsts]
 
 
 # --- Lion ----------------------------------------------------------------
@@ -619,18 +610,6 @@ class ReferenceLion(_Base):
         self._store(p, st, pf)
         st["exp_avg"].copy_(m)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = self._tensors(group)
-            for p in params:
-                self._init_state(p, group)
-            self._launch(lambda batch, group=group: [self._update(p, self.state[p], group) for p in batch], params)
-        return loss
 
 
 CONTROLS = [TorchAdamW, TorchAdam, GroupAdamW, GroupAdam, GroupAdamWCapturable, Adagrad, GroupLamb, TorchSGD,
