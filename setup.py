@@ -4,7 +4,7 @@ The project's metadata is in pyproject.toml. In a clone (and an editable install
 its kernels from csrc/ and the comparison CLI judges runs against reports/known.toml, both found next
 to the packages. A wheel has no repository around it, so build_py copies them into the packages:
 csrc/ to fused/csrc/, and the known-findings list with its repro scripts to
-oracle/compare/known_findings/. fused._ext.CSRC and oracle.compare.known.default_path use those
+oracle/compare/checking/known_findings/. fused._ext.CSRC and oracle.compare.checking.known.default_path use those
 copies where the repository's own files are absent.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent
 # fused._ext.build_key hashes every file there, so the copy keys builds as the repository does.
 COPIES = (
     ("csrc", "fused/csrc", ("*",)),
-    ("reports", "oracle/compare/known_findings", ("known.toml", "known/*.py")),
+    ("reports", "oracle/compare/checking/known_findings", ("known.toml", "known/*.py")),
 )
 
 

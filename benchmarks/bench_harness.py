@@ -18,7 +18,7 @@ Per-case breakdown (ms per case, on a sample of default-sweep jobs run in this p
               (the breakdown's sample: the default sweep's --shard 1/8 without rank_skew, each target's
               first-use costs paid before timing, as in a warm worker)
   oracle      the oracle's update on plain float64 arrays (measured by re-running each step)
-  error model the same update on error-carrying arrays (oracle.compare.errmodel) minus the above
+  error model the same update on error-carrying arrays (oracle.compare.checking.errmodel) minus the above
   target      building the optimizer under test and its step() calls
   other       the rest of a case: reading state back, comparisons, inputs, checkpoints
   report      report.write, per case
@@ -54,7 +54,7 @@ BREAKDOWN_SAMPLE = ["--optimizer", "adamw", "--shard", "1/8"]
 
 def sweep(name: str, jobs: int | None = None) -> dict:
     """Run one sweep sample through the CLI; cases, seconds, cases/s, worker start-up."""
-    from oracle.compare import isolate
+    from oracle.compare.running import workers as isolate
     from oracle.compare.cli import main
     stats = {}
     real_pool = isolate.Pool
@@ -88,7 +88,7 @@ def sweep(name: str, jobs: int | None = None) -> dict:
 
 def _plain(x):
     from oracle.common import OptState
-    from oracle.compare.errmodel import Bounded
+    from oracle.compare.checking.errmodel import Bounded
     if isinstance(x, Bounded):
         return x.v.copy()
     if isinstance(x, OptState):
@@ -101,7 +101,7 @@ def _plain(x):
 
 
 def _has_bounded(x) -> bool:
-    from oracle.compare.errmodel import Bounded
+    from oracle.compare.checking.errmodel import Bounded
     if isinstance(x, Bounded):
         return True
     if isinstance(x, list):
@@ -112,8 +112,9 @@ def _has_bounded(x) -> bool:
 def breakdown() -> dict:
     """ms per case of oracle, error model, target, other and report, on a sample run in this process."""
     import oracle
-    from oracle.compare import cli, report
-    from oracle.compare.driver import rows, run_job
+    from oracle.compare import cli
+    from oracle.compare.reporting import report
+    from oracle.compare.running.driver import rows, run_job
     acc = defaultdict(float)
     real_specs = dict(oracle.SPECS)
 
@@ -151,7 +152,7 @@ def breakdown() -> dict:
 
     args, optimizers = cli.parse(BREAKDOWN_SAMPLE)
     work, _ = cli.plan(args, optimizers)
-    from oracle.compare.shard import assign
+    from oracle.compare.running.shard import assign
     work = [job for job, s in zip(work, assign(work, 8)) if s == 0 and job[1].name != "scenario:rank_skew"]
     # a warm worker has paid each target's first-use costs (torch._dynamo on the first optimizer,
     # loading an extension): pay them here first, untimed
@@ -188,7 +189,7 @@ def load_average() -> str:
 
 
 def measure(jobs: int | None = None) -> dict:
-    from oracle.compare.isolate import default_jobs
+    from oracle.compare.running.workers import default_jobs
     out = {"machine": {"cpus": default_jobs(), "load_average_at_start": load_average(),
                        "python": platform.python_version()},
            "jobs": jobs or default_jobs(), "sweeps": {}}

@@ -19,7 +19,7 @@ from typing import Callable
 
 
 # What a hyperparameter is to the update. Code that judges every optimizer alike (the precision hazards,
-# oracle.compare.hazards) reads these, never a hyperparameter's name: RMSprop's alpha and Adam's beta2
+# oracle.compare.checking.hazards) reads these, never a hyperparameter's name: RMSprop's alpha and Adam's beta2
 # are both the decay rate of a second moment and are held alike.
 STEP_SIZE = "step size"                      # the update is proportional to it (lr)
 GUARD = "denominator guard"                  # added where a denominator may be 0 (eps)

@@ -4,7 +4,7 @@
     assert_optimizer_matches(MyAdamW, optimizer="adamw", dtypes=["float32"])
 
 runs the comparison engine's cases (lockstep, trajectory, counters, schema, checkpoint round-trip;
-oracle.compare.run) against `MyAdamW` in this process and raises AssertionError whose message is one
+oracle.compare.checking.case_run) against `MyAdamW` in this process and raises AssertionError whose message is one
 paragraph: the most severe failing case's line as `python -m oracle.compare` prints it, its repro
 command, what convention inference concluded (the CLI's lines), then the other failing cases by name:
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from .compare.checks import FAILING
+from .compare.checking.checks import FAILING
 
 
 def _name(factory) -> tuple[str, bool]:
@@ -72,7 +72,7 @@ def _scenarios(scenarios) -> list:
 def case_names(optimizer: str, dtypes=None, cases=None, steps: int = 20) -> list[str]:
     """The matrix cases of `optimizer` in `dtypes` selected by `cases` (None: all; a string: a glob or
     substring, as `--case`; a list: those names). No torch is imported."""
-    from oracle.compare import cases as C
+    from oracle.compare.checking import cases as C
     from oracle.compare.optimizers import records
     if optimizer not in records():
         raise ValueError(f"unknown optimizer {optimizer!r}; choose from {', '.join(records())}")
@@ -97,7 +97,7 @@ OTHER_FAILURES = 5    # failing cases a failure message names after the most sev
 def _judged(factory, optimizer, convention, infer: bool, dtypes, device: str) -> tuple:
     """(the Target, the inference's lines as the CLI prints them, [] where nothing was inferred)."""
     from oracle.compare.targets.declare import judged_as
-    from oracle.compare.targets.user import declared_axes, from_object
+    from oracle.compare.targets.user_impl import declared_axes, from_object
     spec, _ = _name(factory)
     if optimizer is None and getattr(factory, "ORACLE_OPTIMIZER", None) is None:
         raise ValueError(f"which optimizer does {spec} implement? pass optimizer='adamw' (or 'adam', 'adagrad', "
@@ -107,7 +107,7 @@ def _judged(factory, optimizer, convention, infer: bool, dtypes, device: str) ->
         return target, []
     key = (factory, target.optimizer, tuple(dtypes or ()), device)
     if key not in _INFERRED:
-        from oracle.compare.infer import infer as fingerprint
+        from oracle.compare.inference.infer import infer as fingerprint
         _INFERRED[key] = fingerprint(target, device, declared=declared_axes(factory), dtypes=dtypes)
     found = _INFERRED[key]
     if found.used is None:
@@ -119,14 +119,14 @@ def _judged(factory, optimizer, convention, infer: bool, dtypes, device: str) ->
 
 def target_for(factory, optimizer: str | None = None, convention=None, infer: bool = True, dtypes=None,
                device: str = "cpu"):
-    """The comparison engine's Target for a factory (oracle.compare.targets.user.from_object); what the
-    factory does not declare is inferred first (oracle.compare.infer), as the CLI does, unless infer=False."""
+    """The comparison engine's Target for a factory (oracle.compare.targets.user_impl.from_object); what the
+    factory does not declare is inferred first (oracle.compare.inference.infer), as the CLI does, unless infer=False."""
     return _judged(factory, optimizer, convention, infer, dtypes, device)[0]
 
 
 def _checked(factory, optimizer, dtypes, cases, scenarios, steps, seeds, device, convention, infer) -> tuple:
     """(the CaseResults in order, the inference's lines)."""
-    from oracle.compare.driver import jobs_for, rows, run_job
+    from oracle.compare.running.driver import jobs_for, rows, run_job
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         # zero steps would compare nothing and pass an optimizer that writes NaN
         raise ValueError(f"steps must be an integer >= 1 (optimizer steps compared per case), got {steps!r}")
@@ -158,8 +158,8 @@ def failure_message(results, device: str = "cpu", explanation=()) -> str:
     """One paragraph for a person fixing the optimizer ('' when nothing failed): the most severe failing
     case's failure line (as `python -m oracle.compare` prints it) and its repro command, what inference
     concluded about the form (`explanation`: the CLI's lines), then the other failing cases by name."""
-    from oracle.compare.explain import failing_checks, failure_line, most_severe_first
-    from oracle.compare.report import repro_command
+    from oracle.compare.checking.explain import failing_checks, failure_line, most_severe_first
+    from oracle.compare.reporting.report import repro_command
     bad = most_severe_first(r for r in results if r.status in FAILING)
     if not bad:
         return ""
@@ -185,7 +185,7 @@ def assert_optimizer_matches(factory, optimizer: str | None = None, dtypes=None,
     optimizer: the oracle's name (adamw, adam, adagrad, lamb, ...); dtypes: param dtypes (default
     float32, bfloat16, float16); cases: None (all), a glob/substring or a list of case names;
     scenarios: names from oracle.compare.scenarios ("all"), default none; infer: what the factory does
-    not declare (ORACLE_*) is inferred first (oracle.compare.infer; once per factory and session)."""
+    not declare (ORACLE_*) is inferred first (oracle.compare.inference.infer; once per factory and session)."""
     __tracebackhide__ = True  # pytest: the failure is the caller's line and this message, not our source
     results, explanation = _checked(factory, optimizer, dtypes, cases, scenarios, steps, seeds, device,
                                     convention, infer)

@@ -91,8 +91,8 @@ def timm_optim(module: str):
 def test_timm_nadamw_follows_the_restatement_and_is_inferred_as_the_variant():
     """timm's NAdamW itself, in float64, matches the restatement; then, undeclared, inference names
     the nesterov_bc1 variant for it and its fp32 cases pass."""
-    from oracle.compare import infer as I
-    from oracle.compare.targets.user import from_object
+    from oracle.compare.inference import infer as I
+    from oracle.compare.targets.user_impl import from_object
     from oracle.testing import check_optimizer
     NAdamW = timm_optim("nadamw").NAdamW
     params = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in params0()]

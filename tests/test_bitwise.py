@@ -1,12 +1,12 @@
-"""Bitwise state comparison (oracle.compare.bitwise): every pair of values it can meet gives a verdict,
+"""Bitwise state comparison (oracle.compare.checking.bitwise): every pair of values it can meet gives a verdict,
 never an exception. A multi-element tensor against a plain value once raised "Boolean value of Tensor
 with more than one value is ambiguous" in the wrapped scenarios' reshard check (bitsandbytes state)."""
 import numpy as np
 import pytest
 import torch
 
-from oracle.compare.bitwise import compare_bits
-from oracle.compare.checks import CheckResult
+from oracle.compare.checking.bitwise import compare_bits
+from oracle.compare.checking.checks import CheckResult
 
 
 @pytest.mark.parametrize("strict", [False, True])

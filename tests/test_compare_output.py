@@ -11,9 +11,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from oracle.compare import console, explain
+from oracle.compare.reporting import console
+from oracle.compare.checking import explain
 from oracle.compare.cli import main
-from oracle.compare.summary import summarize
+from oracle.compare.checking.summary import summarize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BROKEN = "tests.broken.adamw:OffByOneAdamW"
@@ -44,9 +45,9 @@ def test_a_new_failure_line_states_check_tensor_index_values_error_and_bound(tmp
 
 def test_known_failures_carry_their_note(tmp_path, capsys):
     """A failure a known entry covers is listed after the new ones, with the entry."""
-    from oracle.compare.known import Judge
-    from oracle.compare.run import CaseResult
-    from oracle.compare.checks import CheckResult, Finding
+    from oracle.compare.checking.known import Judge
+    from oracle.compare.checking.case_run import CaseResult
+    from oracle.compare.checking.checks import CheckResult, Finding
     r = CaseResult("torch.adamw.fused", "scenario:irregular/mixed", "adamw", "float32", [], 0, 3, status="fail",
                    reason="noncontiguous: known torch defect (torch-fused-cpu-noncontiguous): summary")
     c = CheckResult("noncontiguous")
@@ -199,8 +200,8 @@ def test_one_set_of_counts_in_console_md_html_json_and_junit(tmp_path, capsys):
     are the same numbers in every view, in the same units (rows; whole-target skips apart)."""
     from html import escape
 
-    from oracle.compare.junit import SKIPPED_SUITE
-    from oracle.compare.summary import counts_text, run_counts
+    from oracle.compare.reporting.junit import SKIPPED_SUITE
+    from oracle.compare.checking.summary import counts_text, run_counts
     xml = tmp_path / "run.xml"
     # irregular: the broken class fails (new), torch's CPU fused AdamW fails (known), forloop passes
     code = run(tmp_path, "--impl", BROKEN, "--no-infer", "--target", "torch.adamw.fused", "--target",

@@ -4,10 +4,10 @@ lr_schedule scenario sees an lr change through a compiled step."""
 
 import pytest
 
-from oracle.compare import cases as C
+from oracle.compare.checking import cases as C
 from oracle.compare.optimizers import records
 from oracle.compare.registry import every_target, find, load_impl, select
-from oracle.compare.run import run_case
+from oracle.compare.checking.case_run import run_case
 from oracle.compare.scenarios import run_lr_schedule
 from oracle.compare.targets.compiled import compiler_missing
 

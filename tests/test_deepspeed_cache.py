@@ -73,7 +73,7 @@ def _run_ranks(world: int, tmp_path) -> tuple[list, dict]:
     import subprocess
     import sys
 
-    from oracle.compare import ranks
+    from oracle.compare.isolation import ranks
     env = {k: v for k, v in ranks.rank_env(world).items() if k not in ("RANK", "LOCAL_RANK")}
     env["DS_ACCELERATOR"] = "cpu"
     if world == 1:  # init_single_process sets its own rendezvous
@@ -104,7 +104,7 @@ def test_two_ranks_map_each_others_buffers_and_leave_none(tmp_path):
 
 
 def test_the_rank_launcher_removes_buffers_of_killed_ranks():
-    from oracle.compare import ranks
+    from oracle.compare.isolation import ranks
     env = ranks.rank_env(2)
     paths = [Path(dst.shm_buffer_path(r, env["MASTER_ADDR"], env["MASTER_PORT"])) for r in range(2)]
     for p in paths:  # as a rank killed before it could unlink its buffer leaves them
@@ -122,7 +122,7 @@ def _leave_buffer(path: str, work: str, rank: int) -> None:
 
 
 def test_forked_ranks_have_their_buffers_released_too(tmp_path):
-    from oracle.compare import ranks
+    from oracle.compare.isolation import ranks
     env = ranks.rank_env(2)
     paths = [Path(dst.shm_buffer_path(r, env["MASTER_ADDR"], env["MASTER_PORT"])) for r in range(2)]
     out, err = ranks.fork(_leave_buffer, lambda rank: (str(paths[rank]), str(tmp_path), rank), 2, str(tmp_path), 60,

@@ -1,4 +1,4 @@
-"""DeepSpeed engine scenarios (oracle.compare.scenarios.engine): a small subset of what
+"""DeepSpeed engine scenarios (oracle.compare.scenarios.deepspeed_engine): a small subset of what
 `python -m oracle.compare --optimizer all --target 'deepspeed.engine.*'` runs in full.
 
 bf16 model, gloo. Where DeepSpeed 0.19.8 is correct the check must pass; where
@@ -21,7 +21,7 @@ if dst.deepspeed_unavailable():
     pytest.skip(dst.deepspeed_unavailable(), allow_module_level=True)
 
 from oracle.compare.cli import main
-from oracle.compare.scenarios import engine as de
+from oracle.compare.scenarios import deepspeed_engine as de
 
 SEED_002 = ("seed 002 (DeepSpeed #8910): the FP16/BF16 ZeRO-0 wrapper calls optimizer.step() with zero grads "
             "during deepspeed.initialize; still present in 0.19.8 (runtime/fp16/unfused_optimizer.py "

@@ -1,4 +1,4 @@
-"""bitsandbytes 32-bit optimizers and torchao's _AdamW on CPU (oracle.compare.targets.extra).
+"""bitsandbytes 32-bit optimizers and torchao's _AdamW on CPU (oracle.compare.targets.bitsandbytes_torchao).
 
 When a library is missing or unusable the adapter must skip with its reason.
 When it runs, the fp32 case matrix is compared with the oracle; what the suite
@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from oracle.compare.targets import extra as X
-from oracle.compare.cases import cases
-from oracle.compare.run import run_case
+from oracle.compare.targets import bitsandbytes_torchao as X
+from oracle.compare.checking.cases import cases
+from oracle.compare.checking.case_run import run_case
 from oracle.adam import TORCH_ADAM
 
 TARGETS = {t.name: t for t in X.extra_targets()}
@@ -108,10 +108,10 @@ def test_torchao_fails_under_host_precision_bias_correction():
 
 def test_only_bitsandbytes_4bit_kernel_warning_is_dropped():
     """The sweep's first line was bitsandbytes' warning about an optional 4-bit matmul kernel; the filter
-    oracle.compare.targets.extra installs drops that message and no other from that logger."""
+    oracle.compare.targets.bitsandbytes_torchao installs drops that message and no other from that logger."""
     import logging
 
-    import oracle.compare.targets.extra  # noqa: F401 - installs the filter
+    import oracle.compare.targets.bitsandbytes_torchao  # noqa: F401 - installs the filter
 
     log = logging.getLogger("bitsandbytes.backends.cpu.ops")
 

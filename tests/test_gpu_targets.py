@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from oracle.compare.targets import gpu as G
-from oracle.compare.cases import cases
-from oracle.compare.run import run_case
+from oracle.compare.checking.cases import cases
+from oracle.compare.checking.case_run import run_case
 
 THIRD_PARTY = ("apex", "amp_C", "transformer_engine", "transformer_engine_torch", "deepspeed")
 EXPECTED = {
@@ -64,7 +64,7 @@ def test_importing_and_listing_imports_no_third_party_library():
 
 
 def test_translation_refuses_what_a_library_lacks():
-    from oracle.compare.targets.extra import translate
+    from oracle.compare.targets.bitsandbytes_torchao import translate
     assert translate({"lr": 1, "amsgrad": False, "foreach": None, "maximize": False}, {"lr"}, "x", "d") == {"lr": 1}
     with pytest.raises(ValueError, match="amsgrad"):
         translate({"amsgrad": True}, {"lr"}, "apex FusedAdam", "defaults")

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from oracle.adam import TORCH_ADAMW
-from oracle.compare import hazards as H
-from oracle.compare.checks import CheckResult
-from oracle.compare.finite import check_finite, culprit
-from oracle.compare.guards import PAD, allocate
+from oracle.compare.checking import hazards as H
+from oracle.compare.checking.checks import CheckResult
+from oracle.compare.checking.finite import check_finite, culprit
+from oracle.compare.checking.guards import PAD, allocate
 from oracle.common import OptState
 
 
@@ -47,9 +47,9 @@ def test_half_the_bits_lost():
 
 
 def test_measured_decay_fraction_of_a_path_losing_decay():
-    from oracle.compare import cases as C
+    from oracle.compare.checking import cases as C
     from oracle.compare.registry import builtin_targets
-    from oracle.compare.run import free_run
+    from oracle.compare.checking.case_run import free_run
     target = next(t for t in builtin_targets() if t.name == "torch.adamw.forloop")
     case = C.find_case("adamw/bf16/defaults/single/zero_grads", steps=5)
     effect = H.measure(target, case, 0, "cpu", "decay", free_run)
@@ -147,8 +147,8 @@ def _results(targets, dtype, compute, hparams, effect=None):
 
 
 def _md_hazard_lines(results):
-    from oracle.compare.report import markdown
-    from oracle.compare.summary import jsonable
+    from oracle.compare.reporting.report import markdown
+    from oracle.compare.checking.summary import jsonable
     doc = {"created": "now", "complete": True, "versions": {}, "argv": [], "summary": [], "results": [],
            "hazards": jsonable(H.summarize(results))}
     md = markdown(doc)
@@ -179,7 +179,7 @@ def test_report_md_one_line_per_lost_constant_with_every_targets_effect():
 def _float64_control_results():
     """Float64AdamW (float64 math, one rounding on store, declared as float32 math) on the library
     defaults in every dtype (where the hazards are) and the scenarios that hold guarded buffers."""
-    from oracle.compare.driver import jobs_for, rows, run_job
+    from oracle.compare.running.driver import jobs_for, rows, run_job
     from oracle.mutants import target_for
     from oracle.mutants.base import Float64AdamW
     target = target_for(Float64AdamW)

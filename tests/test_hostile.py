@@ -321,7 +321,7 @@ def test_kill_9_of_the_cli_takes_its_worker_down(tmp_path):
 
 def test_kill_9_of_the_cli_takes_its_inference_down(tmp_path):
     """An --impl that declares nothing is fingerprinted first, in an interpreter of its own
-    (python -m oracle.compare.infer), here hanging in the impl's step."""
+    (python -m oracle.compare.inference.infer), here hanging in the impl's step."""
     _, left = _kill_9_while_hanging(tmp_path)
     assert not left, f"outlived a kill -9 of the CLI: {left}"
 
@@ -359,7 +359,7 @@ def test_processes_a_target_starts_in_new_sessions_die_with_its_job(tmp_path, im
 @pytest.mark.parametrize("impl", ["TermParentAdamW", "KillParentAdamW", "KillGroupAdamW"])
 def test_a_target_signalling_its_parent_costs_one_row(tmp_path, impl):
     """A target that signals its parent (or its process group) reaches the shield between it and the
-    CLI (oracle.compare.procs.behind_shield): its own rows are errors, the inference it kills falls
+    CLI (oracle.compare.isolation.processes.behind_shield): its own rows are errors, the inference it kills falls
     back to the declarations, and the run goes on to judge the other target and write its report."""
     code, err = cli(tmp_path, *ONE_CASE, "--impl", f"tests.broken.signalling:{impl}",
                     "--target", "torch.adamw.forloop", report_dir=tmp_path / "rep")
@@ -374,7 +374,7 @@ def test_a_target_signalling_its_parent_costs_one_row(tmp_path, impl):
 def test_a_report_that_cannot_be_rendered_keeps_the_results_elsewhere(tmp_path, monkeypatch, capsys):
     """A crash while rendering report.md/html at the end (once: a module edited during a long sweep
     no longer imported) must not lose the run's results: they are saved as report.json elsewhere."""
-    from oracle.compare import html, schema
+    from oracle.compare.reporting import html, schema
     from oracle.compare.cli import main
     spare = tmp_path / "spare"
     spare.mkdir()
@@ -398,7 +398,7 @@ def test_a_disk_that_fills_during_the_run_keeps_the_results_elsewhere(tmp_path, 
     where and how to render it, the previous report stays, and the exit status is 2."""
     import errno
 
-    from oracle.compare import publish, schema
+    from oracle.compare.reporting import publish, schema
     from oracle.compare.cli import main
     folder = previous_report(tmp_path / "rep")
     spare = tmp_path / "spare"

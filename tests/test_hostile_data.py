@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from oracle.compare import diff, html, known, publish, rerender, shard
+from oracle.compare.reporting import diff, html, publish, render as rerender
+from oracle.compare.checking import known
+from oracle.compare.running import shard
 from oracle.compare.cli import UsageError, check_report_dir
-from oracle.compare.untrusted import DataFileError, read_json
+from oracle.compare.isolation.untrusted import DataFileError, read_json
 
 ROOT = Path(__file__).resolve().parent.parent
 # the smallest report of ours (valid against report.schema.json): what the readers accept
@@ -273,7 +275,7 @@ def _readers(tmp_path: Path, bad: Path) -> dict:
 
 @pytest.mark.parametrize("name", sorted(MALFORMED) + sorted(RAW))
 def test_every_reader_answers_a_malformed_report_with_one_line_and_exit_2(tmp_path, name):
-    """render, diff, merge and --inferred-from read a report through one gate (oracle.compare.schema.load):
+    """render, diff, merge and --inferred-from read a report through one gate (oracle.compare.reporting.schema.load):
     a report that departs from report.schema.json anywhere is exit 2 with one line naming the file and
     where, before anything of it is used; nothing is written."""
     bad = _bad_report(tmp_path, name)
@@ -289,6 +291,6 @@ def test_every_reader_answers_a_malformed_report_with_one_line_and_exit_2(tmp_pa
 
 def test_the_committed_reports_pass_the_readers_gate():
     """The gate refuses nothing we write: every committed report.json loads."""
-    from oracle.compare.schema import load
+    from oracle.compare.reporting.schema import load
     for path in sorted((ROOT / "reports").glob("*/report.json")):
         assert load(str(path))["results"], path

@@ -1,4 +1,4 @@
-"""A target cannot change a verdict by changing the process that judges it (oracle.compare.tamper):
+"""A target cannot change a verdict by changing the process that judges it (oracle.compare.isolation.tamper):
 its own rows are errors naming the change, and every other target's rows are what they are without
 it, for any --jobs, isolated or not."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Convention inference (oracle.compare.infer): an optimizer that declares nothing is judged fairly,
+"""Convention inference (oracle.compare.inference.infer): an optimizer that declares nothing is judged fairly,
 and inference never explains a defect away."""
 import json
 import os
@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from oracle.compare import infer as I
+from oracle.compare.inference import infer as I
 from oracle.compare.cli import main
 from oracle.compare.registry import builtin_targets
 from oracle.compare.targets.declare import ENV, Candidate, apply, imported
-from oracle.compare.targets.user import load_impl
+from oracle.compare.targets.user_impl import load_impl
 
 TORCH = [("torch.optim:AdamW", "adamw"), ("torch.optim:Adam", "adam"), ("torch.optim:Adagrad", "adagrad")]
 
@@ -40,7 +40,7 @@ def test_declared_axes_win(monkeypatch):
     class Declared(torch.optim.AdamW):
         ORACLE_OPTIMIZER = "adamw"
         ORACLE_COMPUTE = "float32"
-    from oracle.compare.targets.user import declared_axes, from_object
+    from oracle.compare.targets.user_impl import declared_axes, from_object
     target = from_object(Declared, "x:Declared", inferred=False)
     inf = I.infer(target, declared=declared_axes(Declared))
     # float32 arithmetic is not what torch's forloop does on bf16: no candidate may change it
@@ -79,14 +79,14 @@ def test_candidate_round_trips_through_the_environment(monkeypatch):
 def test_teach_names_the_single_axis_that_explains_a_failing_row():
     """torch's forloop AdamW judged as float32 arithmetic fails in bf16; the row says storage
     arithmetic would explain it, and how to declare that."""
-    from oracle.compare.cases import find_case
+    from oracle.compare.checking.cases import find_case
     target = replace(builtin("torch.adamw.forloop"), compute="float32")
     hint = I.teach(target, find_case("adamw/bf16/wd0.1/single/normal"), 0, "cpu")
     assert "storage-dtype arithmetic" in hint and "ORACLE_COMPUTE = 'storage'" in hint
 
 
 def test_teach_finds_nothing_for_a_defect():
-    from oracle.compare.cases import find_case
+    from oracle.compare.checking.cases import find_case
     target = load_impl("tests.broken.adamw:OffByOneAdamW", optimizer="adamw", inferred=False)
     assert I.teach(target, find_case("adamw/fp32/wd0.1/single/normal"), 0, "cpu") == ""
 

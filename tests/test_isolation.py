@@ -6,7 +6,7 @@ import time
 import pytest
 
 from oracle.compare.cli import main
-from oracle.compare.procs import MemoryLimitExceeded, run_child
+from oracle.compare.isolation.processes import MemoryLimitExceeded, run_child
 
 CASE = "adamw/fp32/wd0.1/single/normal"
 
@@ -86,7 +86,7 @@ def test_the_memory_limit_holds_for_a_child_interpreter():
 def test_a_worker_that_dies_starting_is_replaced(tmp_path, monkeypatch, capsys):
     """A fresh clone on a loaded machine once took longer than the start-up limit to import torch, and
     the first slow worker ended the whole run: a failed start is now retried."""
-    from oracle.compare import isolate
+    from oracle.compare.running import workers as isolate
     start = isolate.Pool._start
 
     def first_one_dies(self):
@@ -104,7 +104,7 @@ def test_a_worker_that_dies_starting_is_replaced(tmp_path, monkeypatch, capsys):
 
 def test_workers_that_never_start_end_the_run_with_a_clear_error(tmp_path, monkeypatch, capsys):
     """Each retry doubles the limit; after STARTUP_ATTEMPTS the run stops, saying why, without a traceback."""
-    from oracle.compare import isolate
+    from oracle.compare.running import workers as isolate
     start = isolate.Pool._start
 
     def too_short(self):

@@ -1,4 +1,4 @@
-"""Known findings (reports/known.toml, oracle.compare.known): the committed file is valid and every
+"""Known findings (reports/known.toml, oracle.compare.checking.known): the committed file is valid and every
 entry's repro still reproduces on its listed versions; classification is strict-xfail (known / new /
 fixed / not run / not applicable); the CLI's exit status follows it; `diff` compares two reports."""
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from oracle.compare import known as K
-from oracle.compare.checks import CheckResult
+from oracle.compare.checking import known as K
+from oracle.compare.checking.checks import CheckResult
 from oracle.compare.cli import main
-from oracle.compare.diff import compare
-from oracle.compare.run import CaseResult
+from oracle.compare.reporting.diff import compare
+from oracle.compare.checking.case_run import CaseResult
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_FILE = ROOT / "reports" / "known.toml"
@@ -41,7 +41,7 @@ def test_committed_file_is_valid():
 
 def test_no_known_or_declared_lists_left_in_code():
     from oracle.compare import scenarios
-    from oracle.compare.scenarios import engine
+    from oracle.compare.scenarios import deepspeed_engine as engine
     assert not hasattr(scenarios, "KNOWN") and not hasattr(scenarios, "DECLARED")
     assert not hasattr(engine, "KNOWN"), "engine scenario defects belong in reports/known.toml"
 
@@ -446,7 +446,7 @@ def test_diff_on_committed_reports():
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "no regression" in out.stdout and "0 new failures" in out.stdout
-    from oracle.compare.diff import load_report
+    from oracle.compare.reporting.diff import load_report
     d = compare(load_report(str(prev)), load_report(str(cur)))
     fixed = {(t, c, k) for t, c, _, k in d.fixed}
     assert ("torchao.adamw", "adamw/fp32/wd0.1/single/normal", "lockstep") in fixed

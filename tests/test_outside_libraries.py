@@ -25,8 +25,8 @@ import torch
 
 import oracle
 from oracle import forms as F
-from oracle.compare import infer as I
-from oracle.compare.targets.user import load_impl
+from oracle.compare.inference import infer as I
+from oracle.compare.targets.user_impl import load_impl
 from oracle.testing import check_optimizer
 
 STEPS = 6

@@ -11,8 +11,8 @@ import signal
 import pytest
 import torch
 
-from oracle.compare import procs
-from oracle.compare.driver import run_job
+from oracle.compare.isolation import processes as procs
+from oracle.compare.running.driver import run_job
 from oracle.compare.registry import find
 
 CASE = "adamw/fp32/wd0.1/single/normal"

@@ -47,9 +47,9 @@ def test_the_wheel_carries_the_kernel_sources_and_the_known_findings(wheel):
     sources = {p.name for p in (ROOT / "csrc").iterdir() if p.is_file()}
     assert sources and {f"fused/csrc/{n}" for n in sources} <= names
     repros = {p.name for p in (ROOT / "reports" / "known").glob("*.py")}
-    assert "oracle/compare/known_findings/known.toml" in names
-    assert repros and {f"oracle/compare/known_findings/known/{n}" for n in repros} <= names
-    assert "oracle/compare/report.schema.json" in names
+    assert "oracle/compare/checking/known_findings/known.toml" in names
+    assert repros and {f"oracle/compare/checking/known_findings/known/{n}" for n in repros} <= names
+    assert "oracle/compare/reporting/report.schema.json" in names
 
 
 PROBE = """

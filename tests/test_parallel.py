@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from oracle.compare import shard
+from oracle.compare.running import shard
 from oracle.compare.cli import main
 
 # Passing torch paths, a user optimizer that fails (findings), a skipped target per CUDA-only path.

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import oracle
-from oracle.compare import cases as C
-from oracle.compare import infer as I
-from oracle.compare import statenames
-from oracle.compare.run import run_case
+from oracle.compare.checking import cases as C
+from oracle.compare.inference import infer as I
+from oracle.compare.checking import statenames
+from oracle.compare.checking.case_run import run_case
 from oracle.compare.targets.declare import apply
-from oracle.compare.targets.user import from_object, load_impl
+from oracle.compare.targets.user_impl import from_object, load_impl
 from oracle.testing import check_optimizer
 
 from tests.plumbing_optimizers import EagerAdagrad, PaperLamb, StrictLion

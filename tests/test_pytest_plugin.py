@@ -93,7 +93,7 @@ def test_selection_errors_name_the_choices():
 
 def test_importing_the_api_and_the_plugin_imports_no_torch():
     code = ("import sys, oracle.testing, oracle.pytest_plugin; "
-            "bad = [m for m in ('torch', 'oracle.compare.run') if m in sys.modules]; assert not bad, bad")
+            "bad = [m for m in ('torch', 'oracle.compare.checking.case_run') if m in sys.modules]; assert not bad, bad")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
 

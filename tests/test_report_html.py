@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from oracle.compare import html as H
-from oracle.compare.explain import failure_line, most_severe_first
+from oracle.compare.reporting import html as H
+from oracle.compare.checking.explain import failure_line, most_severe_first
 
 ROOT = Path(__file__).resolve().parents[1]
 FAIL_RED = (215, 48, 39)    # html.COLOURS["far"]: a failing cell of the summary grid
@@ -71,7 +71,7 @@ def test_committed_deepspeed_markdown_is_short():
     """reports/deepspeed: 100+ failing rows, every failing check a known DeepSpeed defect
     (reports/known.toml): report.md says the run passes and stays short. Not judged against the known
     findings, the same report lists 40 failures and points to report.html for the rest."""
-    from oracle.compare.report import MD_FAILURES, markdown
+    from oracle.compare.reporting.report import MD_FAILURES, markdown
     md = (ROOT / "reports" / "deepspeed" / "report.md").read_text()
     assert len(md) < 40_000 and md.count("\n") < 200, (len(md), md.count("\n"))
     assert "**PASS**: " in md and ": 0 new, " in md and "## New failures\n\nNone." in md

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from oracle.compare import report
+from oracle.compare.reporting import report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

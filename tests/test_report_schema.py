@@ -1,11 +1,11 @@
-"""report.json is data, described by a JSON Schema in the repository (oracle/compare/report.schema.json):
+"""report.json is data, described by a JSON Schema in the repository (oracle/compare/reporting/report.schema.json):
 every committed report and every fresh one validates against it."""
 import json
 from pathlib import Path
 
 import pytest
 
-from oracle.compare import publish, schema
+from oracle.compare.reporting import publish, schema
 
 pytest.importorskip("jsonschema")
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,7 +15,7 @@ COMMITTED = sorted(ROOT.glob("reports/**/report.json"))
 def test_the_schema_is_a_valid_json_schema():
     import jsonschema
     jsonschema.Draft202012Validator.check_schema(schema.schema())
-    from oracle.compare.report import SCHEMA
+    from oracle.compare.reporting.report import SCHEMA
     assert schema.schema()["properties"]["schema"]["const"] == SCHEMA
 
 

@@ -1,6 +1,6 @@
 """The report folder is one unit: a stop at any point leaves the old report or the new one (never a
 new JSON beside an old markdown, never a stray temporary once the next run has been), and one run at
-a time writes into a folder (oracle.compare.publish)."""
+a time writes into a folder (oracle.compare.reporting.publish)."""
 import json
 import os
 import signal
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from oracle.compare import publish
+from oracle.compare.reporting import publish
 from oracle.compare.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,7 +105,7 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path):
 def test_a_second_writer_can_wait(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from oracle.compare.publish import ReportLock
+        from oracle.compare.reporting.publish import ReportLock
         with ReportLock({str(tmp_path)!r}, ["holder"]):
             print("held", flush=True)
             time.sleep(1.5)
@@ -122,7 +122,7 @@ def test_a_second_writer_can_wait(tmp_path):
 def test_the_lock_dies_with_its_process(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from oracle.compare.publish import ReportLock
+        from oracle.compare.reporting.publish import ReportLock
         ReportLock({str(tmp_path)!r}, ["holder"]).acquire()
         print("held", flush=True)
         time.sleep(60)

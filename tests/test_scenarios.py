@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from oracle.compare import report
+from oracle.compare.reporting import report
 from oracle.compare import scenarios as S
 from oracle.compare.registry import builtin_targets, load_impl, torch_targets
 from tests.broken import scenario_mutants as M

@@ -1,11 +1,11 @@
-"""torch's distributed wrappers (oracle.compare.dist_wrappers) through the wrapped
+"""torch's distributed wrappers (oracle.compare.scenarios.torch_wrappers) through the wrapped
 scenario: real gloo ranks, each wrapper a parameter of the same scenario."""
 import numpy as np
 import pytest
 import torch
 
 from oracle.compare import scenarios as S
-from oracle.compare.dist_wrappers import WRAPPERS, Gathered, Holder
+from oracle.compare.scenarios.torch_wrappers import WRAPPERS, Gathered, Holder
 from oracle.compare.registry import find, load_impl
 from oracle.compare.scenarios import wrapped_worker as W
 
@@ -144,7 +144,7 @@ def test_fsdp2_catches_a_group_skipped_where_its_shards_are_empty():
 
 _INHERITED = """
 import os, sys, torch.distributed as dist
-from oracle.compare.ranks import free_port
+from oracle.compare.isolation.ranks import free_port
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
 dist.init_process_group("gloo", rank=0, world_size=1)  # as DeepSpeed's single-process setup leaves it
 from oracle.compare import scenarios as S

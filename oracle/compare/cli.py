@@ -1,10 +1,10 @@
 """`python -m oracle.compare`: run implementations against the oracle and report.
-`python -m oracle.compare diff OLD/report.json NEW/report.json`: what changed (oracle.compare.diff).
+`python -m oracle.compare diff OLD/report.json NEW/report.json`: what changed (oracle.compare.reporting.diff).
 `python -m oracle.compare render DIR`: rebuild report.md and report.html from DIR/report.json.
-`python -m oracle.compare merge DIR...`: combine --shard K/N reports into one (oracle.compare.shard).
+`python -m oracle.compare merge DIR...`: combine --shard K/N reports into one (oracle.compare.running.shard).
 The console script `oracle-compare` is the same command.
 
-Exit status: 0 every failure is a known defect (reports/known.toml, oracle.compare.known) and every
+Exit status: 0 every failure is a known defect (reports/known.toml, oracle.compare.checking.known) and every
 applicable known entry still reproduces; 1 a new mismatch or crashed target, or a known entry that
 no longer reproduces; 2 usage error. With --known none: 0 all checks pass, 1 any failure.
 """
@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 
-from .driver import SCENARIO_PREFIX
+from .running.driver import SCENARIO_PREFIX
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_TIMEOUT = 7 * 24 * 3600.0
@@ -48,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
                         "signature; repeatable. When given, only these implementations run (plus --target ones)")
     p.add_argument("--no-infer", dest="infer", action="store_false",
                    help="judge an --impl by its declarations and the spec's defaults only; by default what it does "
-                        "not declare is inferred first (oracle.compare.infer) and the report prints the declaration")
+                        "not declare is inferred first (oracle.compare.inference.infer) and the report prints the declaration")
     p.add_argument("--inferred-from", metavar="REPORT_JSON",
                    help="judge each --impl as the run that wrote this report.json inferred it (its \"inferred\" "
                         "record) instead of inferring again; repro commands of --impl rows pass it")
@@ -110,7 +110,7 @@ def version_text() -> str:
         mine = metadata.version("optimizer-oracle")
     except metadata.PackageNotFoundError:
         mine = "unknown (not installed)"
-    from .report import SCHEMA
+    from .reporting.report import SCHEMA
     return f"optimizer-oracle {mine} (report schema {SCHEMA})"
 
 
@@ -147,10 +147,10 @@ def select_targets(args, optimizers, explicit_optimizer: bool):
 def recorded_inferences(path: str) -> dict:
     """target name -> inference, from a report.json's "inferred" record (data we do not trust: each
     candidate must rebuild, or the run stops before any work)."""
-    from .infer import lines
-    from .schema import load
+    from .inference.infer import lines
+    from .reporting.schema import load
     from .targets.declare import Candidate
-    from .untrusted import DataFileError
+    from .isolation.untrusted import DataFileError
     try:
         doc = load(path)
     except DataFileError as exc:
@@ -173,7 +173,7 @@ def recorded_inferences(path: str) -> dict:
 
 def reused_inference(target, recorded: dict, args) -> dict | None:
     """The recorded inference of `target`, exported to the workers as a fresh one would be."""
-    from .infer import lines
+    from .inference.infer import lines
     from .targets.declare import ENV, export
     if target.name not in recorded:
         raise UsageError(f"--inferred-from {args.inferred_from}: no inference of {target.name} there (it has "
@@ -194,13 +194,13 @@ def infer_target(target, args) -> dict | None:
     hang there costs the inference, not the run): the inference as report.json records it, also
     exported to the worker processes; None when it could not run (said on stderr; the target is then
     judged by what it declares)."""
-    from .infer import lines
-    from .procs import MemoryLimitExceeded, run_child
+    from .inference.infer import lines
+    from .isolation.processes import MemoryLimitExceeded, run_child
     from .targets.declare import ENV, export
     name = target.name[len("impl:"):] if target.name.startswith("impl:") else target.name
     # each probe is one short case: --timeout bounds it (a hang costs one case's time, not the budget),
     # and --memory-limit bounds the whole inference as it bounds one worker
-    cmd = [sys.executable, "-m", "oracle.compare.infer", name, "--optimizer", target.optimizer, "--device",
+    cmd = [sys.executable, "-m", "oracle.compare.inference.infer", name, "--optimizer", target.optimizer, "--device",
            args.device, "--seed", str((args.seed or [0])[0]), "--json", "--probe-timeout", str(args.timeout)]
     print(f"inferring the conventions of {target.name} (--no-infer to skip) ...", file=sys.stderr, flush=True)
     try:
@@ -252,7 +252,7 @@ def parse(argv):
     if args.memory_limit is not None and not (math.isfinite(args.memory_limit) and args.memory_limit > 0):
         raise UsageError(f"--memory-limit must be a positive number of megabytes, got {args.memory_limit:g}")
     if args.shard is not None:
-        from .shard import ShardError, parse_shard
+        from .running.shard import ShardError, parse_shard
         try:
             args.shard = parse_shard(args.shard)
         except ShardError as exc:
@@ -282,8 +282,8 @@ def scenario_names(args) -> tuple[list[str], bool]:
 
 def plan(args, optimizers):
     from oracle.storage import canonical
-    from . import cases as C
-    from .driver import jobs_for
+    from .checking import cases as C
+    from .running.driver import jobs_for
     dtypes = tuple(canonical(d) for d in args.dtype) if args.dtype else C.DTYPES
     targets = select_targets(args, optimizers, args.explicit_optimizer)
     scenarios, matrix = scenario_names(args)
@@ -303,7 +303,7 @@ def check_case_pattern(pattern: str, optimizers, dtypes, steps: int, scenarios) 
     """A --case that matches no case of the selected optimizers (in any target, available or not) is a
     usage error saying so, not "every target is unavailable"."""
     import fnmatch
-    from . import cases as C
+    from .checking import cases as C
     if any(C.cases(o, dtypes, steps, pattern) for o in optimizers):
         return
     if any(fnmatch.fnmatch(f"scenario:{s}", pattern) or pattern in f"scenario:{s}" for s in scenarios or ()):
@@ -314,7 +314,7 @@ def check_case_pattern(pattern: str, optimizers, dtypes, steps: int, scenarios) 
 
 
 def skipped_target(target, reason: str, args):
-    from .run import CaseResult
+    from .checking.case_run import CaseResult
     return CaseResult(target.name, "(all cases)", target.optimizer, "", [], (args.seed or [0])[0], args.steps,
                       status="skip", reason=reason)
 
@@ -328,7 +328,7 @@ def check_junit_path(path: str, report_dir: str) -> None:
     """Refuse a --junit-xml that would fail or do harm at the end: empty, not encodable, a folder, in a
     folder that does not exist or cannot be written, or one of the report folder's own files (it would
     replace the report with XML)."""
-    from .publish import JOURNAL, LOCK, MANIFEST
+    from .reporting.publish import JOURNAL, LOCK, MANIFEST
     if not path:
         raise UsageError("--junit-xml is empty; name a file")
     try:
@@ -387,9 +387,9 @@ def check_report_dir(path: str) -> None:
 def check_report_files(path: str) -> None:
     """What an earlier run (or someone else) left in the folder that would stop this run's report at the
     end: a published name that is a folder or a link, a journal that is not one of ours."""
-    from .publish import JOURNAL, JOURNAL_LIMIT, MANIFEST, checked_journal
-    from .report import FILES as REPORT_FILES
-    from .untrusted import DataFileError, is_plain_file, read_json
+    from .reporting.publish import JOURNAL, JOURNAL_LIMIT, MANIFEST, checked_journal
+    from .reporting.report import FILES as REPORT_FILES
+    from .isolation.untrusted import DataFileError, is_plain_file, read_json
     for name in (*REPORT_FILES, MANIFEST):
         where = os.path.join(path, name)
         if os.path.lexists(where) and not is_plain_file(where):
@@ -406,24 +406,24 @@ def check_report_files(path: str) -> None:
 def recorded_argv(argv) -> list:
     """The command as the report records it: without --jobs and --shard, which change neither the
     results nor their order (so reports of any --jobs, and merged shards, are the same bytes)."""
-    from .shard import strip_option
+    from .running.shard import strip_option
     return ["python", "-m", "oracle.compare", *strip_option(strip_option(list(argv), "--jobs"), "--shard")]
 
 
 def execute(work, args, pool=None):
     """CaseResults for the work list, in order; in worker processes unless --no-isolate."""
     if args.isolate:
-        from .isolate import run_isolated
+        from .running.workers import run_isolated
         return run_isolated(work, args.device, args.timeout, pool=pool)
     return in_process(work, args.device)
 
 
 def in_process(work, device: str):
     """--no-isolate: each job in this process, between the same integrity checks as in a worker
-    (oracle.compare.tamper; code a target's module ran when it was imported, before the run, is not
+    (oracle.compare.isolation.tamper; code a target's module ran when it was imported, before the run, is not
     seen: isolation is what keeps a target out of the judging process)."""
-    from . import tamper
-    from .driver import run_job, untampered
+    from .isolation import tamper
+    from .running.driver import run_job, untampered
     clean = tamper.snapshot()
     for target, case, seed in work:
         tamper.settle(clean)
@@ -483,10 +483,10 @@ def deferred_sigint():
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "diff":
-        from .diff import main as diff_main
+        from .reporting.diff import main as diff_main
         return diff_main(argv[1:])
     if argv and argv[0] == "render":
-        from .rerender import main as render_main
+        from .reporting.render import main as render_main
         return render_main(argv[1:])
     if argv and argv[0] == "merge":
         return merge_main(argv[1:])
@@ -513,7 +513,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    from .known import Judge, KnownFileError
+    from .checking.known import Judge, KnownFileError
     try:
         args, optimizers = parse(argv)
         if not args.list:
@@ -534,7 +534,7 @@ def _main(argv) -> int:
         return EXIT_USAGE
     shard_meta, positions = None, list(range(len(work)))
     if args.shard is not None:
-        from .shard import assign, selection_digest
+        from .running.shard import assign, selection_digest
         k, n = args.shard
         shard_meta = {"index": k, "count": n, "selection": selection_digest(work, skipped), "jobs": len(work),
                       "device": args.device, "known": args.known}
@@ -549,10 +549,10 @@ def _main(argv) -> int:
         for target, reason in skipped:
             print(f"{target.name}\t(skipped: {reason})")
         return EXIT_OK
-    from .console import Progress, job_label
-    from .driver import rows
-    from .isolate import Pool, WorkerStartError, default_jobs
-    from .publish import ReportDirError, ReportLock
+    from .reporting.console import Progress, job_label
+    from .running.driver import rows
+    from .running.workers import Pool, WorkerStartError, default_jobs
+    from .reporting.publish import ReportDirError, ReportLock
     try:  # one run per report folder, for the whole run (released when the process ends)
         lock = ReportLock(args.report_dir, ["python", "-m", "oracle.compare", *argv], wait=args.wait,
                           on_wait=lambda msg: print(msg, file=sys.stderr, flush=True)).acquire()
@@ -603,9 +603,9 @@ def _main(argv) -> int:
 
 def _finish(args, argv, judge, results, row_jobs, complete, t0, shard_meta, interrupted, lock, done,
             total) -> int:
-    from . import report
-    from .console import outcome
-    from .runinfo import reproducing
+    from .reporting import report
+    from .reporting.console import outcome
+    from .checking.runinfo import reproducing
     reproducing(results, args.device, os.path.join(os.path.abspath(args.report_dir), "report.json"),
                 {d["target"] for d in getattr(args, "inferred", None) or () if d.get("candidate")})
     known = judge.judge(results)
@@ -617,7 +617,7 @@ def _finish(args, argv, judge, results, row_jobs, complete, t0, shard_meta, inte
     try:
         doc = report.write(args.report_dir, results, recorded_argv(argv), complete, args.device, extra, lock=False)
         if args.junit_xml:
-            from .junit import write as write_junit
+            from .reporting.junit import write as write_junit
             write_junit(args.junit_xml, doc)
     except report.ReportNotWritten as exc:
         return not_written(exc, args, results, judge, done, total, t0)
@@ -638,7 +638,7 @@ def _finish(args, argv, judge, results, row_jobs, complete, t0, shard_meta, inte
 def not_written(exc, args, results, judge, done, total, t0) -> int:
     """The final write failed after the work (a disk that filled): the outcome as usual, then where the
     results went instead; exit 2, since the report the command promised is not there."""
-    from .console import outcome
+    from .reporting.console import outcome
     print("\n".join(outcome(results, exc.doc, judge, args, done, total, time.perf_counter() - t0)))
     print(not_written_line(exc, "results"), file=sys.stderr)
     return EXIT_USAGE
@@ -654,10 +654,10 @@ def not_written_line(exc, what: str) -> str:
 
 def merge_main(argv) -> int:
     """`python -m oracle.compare merge DIR...`: the shard reports of one --shard K/N sweep, as one report
-    (oracle.compare.shard), judged and written as the single run would have been; the same exit status."""
-    from . import report
-    from .known import Judge, KnownFileError
-    from .shard import ShardError, load, merge_docs
+    (oracle.compare.running.shard), judged and written as the single run would have been; the same exit status."""
+    from .reporting import report
+    from .checking.known import Judge, KnownFileError
+    from .running.shard import ShardError, load, merge_docs
     p = argparse.ArgumentParser(prog="python -m oracle.compare merge",
                                 description="Combine the reports of a --shard K/N sweep into one report, as a "
                                             "single run of the same command would have written it.")

@@ -12,7 +12,7 @@ import fnmatch
 
 from .optimizers import records
 from .targets.base import Target
-from .targets.user import load_impl, probe_import
+from .targets.user_impl import load_impl, probe_import
 
 
 def builtin_targets() -> list[Target]:
@@ -26,9 +26,9 @@ def every_target() -> list[Target]:
     """Built-in targets, third-party libraries', and those an optimizer's record brings."""
     from .targets.compiled import compiled_targets
     from .targets.deepspeed import deepspeed_targets
-    from .targets.extra import extra_targets
+    from .targets.bitsandbytes_torchao import extra_targets
     from .targets.gpu import gpu_targets
-    from .targets.outside import outside_targets
+    from .targets.undeclared import outside_targets
     own = [t for rec in records().values() if rec.extra_targets for t in rec.extra_targets()]
     return (builtin_targets() + compiled_targets(records()) + deepspeed_targets() + extra_targets() + gpu_targets()
             + outside_targets() + own)

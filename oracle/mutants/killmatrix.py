@@ -3,8 +3,8 @@ oracle.mutants.wrappers) and every correct control, and print a kill matrix.
 
 `python -m oracle.mutants` (see main()). Every entry runs the same suite:
 
-  the case matrix   every PLAN row of its optimizer (oracle.compare.cases) in fp32 and bf16,
-                    with all five checks of oracle.compare.run (lockstep, trajectory,
+  the case matrix   every PLAN row of its optimizer (oracle.compare.checking.cases) in fp32 and bf16,
+                    with all five checks of oracle.compare.checking.case_run (lockstep, trajectory,
                     counters, schema, roundtrip);
   the scenarios     every scenario of oracle.compare.scenarios except rank_skew,
                     ddp_bucket_view, zero_redundancy, fsdp2, fsdp2_layers, fsdp2_bf16
@@ -132,16 +132,16 @@ def _known(target: str, check: str, case: str | None = None):
 
 
 def _finding_dict(f, case: str) -> dict:
-    from oracle.compare.report import _num
+    from oracle.compare.reporting.report import _num
     return {"case": case, "check": f.check, "step": f.step, "tensor": f.tensor, "index": _num(f.index),
             "expected": _num(f.expected), "got": _num(f.got), "error_ulps": _num(f.error_ulps),
             "bound_ulps": _num(f.bound_ulps), "detail": f.detail}
 
 
 def undeclared_target(entry: Entry, device: str, seed: int):
-    """The entry's target with its conventions not declared but inferred (oracle.compare.infer), as an
+    """The entry's target with its conventions not declared but inferred (oracle.compare.inference.infer), as an
     outside optimizer that declares nothing is judged: (target, what inference chose)."""
-    from oracle.compare.infer import infer
+    from oracle.compare.inference.infer import infer
     from oracle.compare.targets.declare import apply
     target = entry.target()
     inf = infer(target, device, seed)
@@ -152,8 +152,8 @@ def undeclared_target(entry: Entry, device: str, seed: int):
 
 def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int, target=None):
     """(check prefix, CaseResult) for every case and scenario of the suite, planned and
-    run by the CLI's own driver (oracle.compare.driver)."""
-    from oracle.compare.driver import jobs_for, rows, run_job
+    run by the CLI's own driver (oracle.compare.running.driver)."""
+    from oracle.compare.running.driver import jobs_for, rows, run_job
     target = target or entry.target()
     if entry.wrapper is not None:
         yield "construction.", _scenarios().run_construction(target, device, seed, wrapper=entry.wrapper)
@@ -178,7 +178,7 @@ def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=N
     """`declared_row`: with `undeclared`, this entry's row from a declared run of the same device,
     seed, scenarios and steps; when inference settles on what the entry declares, the cases would
     run exactly as they did there, so that row is reused (with what inference chose) instead."""
-    from oracle.compare.report import repro_command
+    from oracle.compare.reporting.report import repro_command
     row = Row(entry)
     if entry.gpu_only and not device.startswith("cuda"):
         row.verdict = "gpu-only"
@@ -368,7 +368,7 @@ def markdown(rows, meta) -> str:
             for check, text in known.items():
                 out.append(f"- {name} `{check}`: {text}")
         out.append("")
-    out += ["## Reproduce", "", "Matrix findings reproduce with the repro command of oracle.compare.report "
+    out += ["## Reproduce", "", "Matrix findings reproduce with the repro command of oracle.compare.reporting.report "
             "(`python -m oracle.compare --impl oracle.mutants.catalog:NAME --case CASE ...`).", ""]
     for r in rows:
         if r.repro:
@@ -396,7 +396,7 @@ def parser():
     p.add_argument("--list", action="store_true", help="list the catalog and exit")
     p.add_argument("--undeclared", action="store_true",
                    help="judge every mutant and control as an optimizer that declares no convention: inferred "
-                        "first (oracle.compare.infer), as --impl does; a mutant inference explains is SURVIVED")
+                        "first (oracle.compare.inference.infer), as --impl does; a mutant inference explains is SURVIVED")
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -444,7 +444,7 @@ def main(argv=None) -> int:
                   + (f" inferred: {row.inferred}" if row.inferred else ""), file=sys.stderr, flush=True)
 
     rows = run_all(selected, args.device, args.seed, names, args.steps, args.jobs, progress, args.undeclared)
-    from oracle.compare.report import atomic_write, versions
+    from oracle.compare.reporting.report import atomic_write, versions
     meta = {"schema": "optimizer-oracle-killmatrix/1", "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": " ".join(["python -m oracle.mutants", *argv]), "device": args.device, "seed": args.seed,
             "steps": args.steps, "scenarios": names, "undeclared": args.undeclared,

@@ -1,4 +1,4 @@
-"""Wrapper mutants: a mixed-precision wrapper (oracle.compare.wrappers.MasterWeights,
+"""Wrapper mutants: a mixed-precision wrapper (oracle.compare.targets.master_weights.MasterWeights,
 the correct one) with one defect. They run through the construction scenario's
 pluggable wrapper, around a correct inner optimizer (INNER, a oracle.mutants.base class).
 """
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from oracle.compare.wrappers import MasterWeights
+from oracle.compare.targets.master_weights import MasterWeights
 
 from . import base as B
 

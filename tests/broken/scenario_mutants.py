@@ -10,7 +10,7 @@ step(inv_scale=, found_inf=). Each mutant flips one switch.
 """
 import torch
 
-from oracle.compare.wrappers import MasterWeights
+from oracle.compare.targets.master_weights import MasterWeights
 from oracle.adam import AdamConvention
 
 

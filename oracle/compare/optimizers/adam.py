@@ -17,7 +17,7 @@ SCENARIO = {"lr": 1e-2, "weight_decay": 0.1}
 
 # The library defaults (torch.optim.Adam / AdamW signatures), run unchanged in every dtype: eps = 1e-8
 # rounds to 0 in float16 and AdamW's 1 - lr*wd = 1 - 1e-5 rounds to 1 in bfloat16 and float16
-# (oracle.compare.hazards); exactly-zero grad elements make m = v = 0, where an eps lost to rounding
+# (oracle.compare.checking.hazards); exactly-zero grad elements make m = v = 0, where an eps lost to rounding
 # gives 0/0.
 ADAM_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
 ADAMW_DEFAULTS = {**ADAM_DEFAULTS, "weight_decay": 1e-2}

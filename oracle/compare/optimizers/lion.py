@@ -32,7 +32,7 @@ def deepspeed_lion_targets() -> list:
 
     from ..targets.base import Target
     from ..targets.deepspeed import load_op, op_unavailable
-    from ..targets.extra import make_factory
+    from ..targets.bitsandbytes_torchao import make_factory
 
     def requires(device: str):
         if device != "cpu":

@@ -1,5 +1,5 @@
 """Scenarios: situations the case matrix cannot express, each checked against
-the oracle and reported as an oracle.compare.run.CaseResult, one module each.
+the oracle and reported as an oracle.compare.checking.case_run.CaseResult, one module each.
 
     SCENARIOS[name].run(target, device, seed) -> CaseResult
 
@@ -19,7 +19,7 @@ from typing import Callable
 # The order scenarios run and are listed in; each name is a module here
 # defining SCENARIO (or SCENARIOS, several).
 ORDER = ("rank_skew", "construction", "checkpoint", "grad_scaling", "irregular", "long_horizon",
-         "inputs_unchanged", "lr_schedule", "wrapped", "engine")
+         "inputs_unchanged", "lr_schedule", "wrapped", "deepspeed_engine")
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import torch
 
-from ..bitwise import compare_bits, state_bits
-from ..cases import SHORT
-from ..checks import CheckResult, Finding
-from ..lockstep import Lockstep
-from ..run import set_grads
+from ..checking.bitwise import compare_bits, state_bits
+from ..checking.cases import SHORT
+from ..checking.checks import CheckResult, Finding
+from ..checking.lockstep import Lockstep
+from ..checking.case_run import set_grads
 from . import scenario
 from .common import base_hparams, build, declared, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 

@@ -3,7 +3,7 @@
 Deviations a target makes by design are declared on it (Target.declared:
 (check, reason) pairs): such a check still runs, its findings are kept in the
 note and in `reason`, and the row says "declared". Known defects of a library
-are in reports/known.toml (oracle.compare.known): the check still fails and
+are in reports/known.toml (oracle.compare.checking.known): the check still fails and
 `reason` names the entry."""
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import torch
 
 from oracle.storage import round_to
 
-from ..checks import CheckResult
+from ..checking.checks import CheckResult
 from ..optimizers import records
-from ..run import TORCH_DTYPES, CaseResult
+from ..checking.case_run import TORCH_DTYPES, CaseResult
 
 
 def base_hparams(optimizer: str) -> dict | None:
@@ -28,8 +28,8 @@ def base_hparams(optimizer: str) -> dict | None:
     return None if rec is None else dict(rec.scenario_hparams)
 
 def known(target_name: str, check: str, case: str | None = None) -> str | None:
-    """The known-defect text (reports/known.toml, oracle.compare.known) for a failing check, if any."""
-    from ..known import note
+    """The known-defect text (reports/known.toml, oracle.compare.checking.known) for a failing check, if any."""
+    from ..checking.known import note
     return note(target_name, check, case)
 
 

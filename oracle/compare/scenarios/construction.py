@@ -10,11 +10,11 @@ import oracle
 
 from oracle.storage import round_to
 
-from ..bitwise import bits_finding, plain as _plain
-from ..checks import CheckResult, Finding, same_bits
-from ..lockstep import Lockstep
-from ..run import set_grads
-from ..wrappers import MasterWeights
+from ..checking.bitwise import bits_finding, plain as _plain
+from ..checking.checks import CheckResult, Finding, same_bits
+from ..checking.lockstep import Lockstep
+from ..checking.case_run import set_grads
+from ..targets.master_weights import MasterWeights
 from . import scenario
 from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 

@@ -8,10 +8,10 @@ import numpy as np
 import oracle
 from oracle.common import GradScaling
 
-from ..bitwise import compare_bits, state_bits
-from ..checks import CheckResult
-from ..lockstep import Lockstep
-from ..run import set_grads
+from ..checking.bitwise import compare_bits, state_bits
+from ..checking.checks import CheckResult
+from ..checking.lockstep import Lockstep
+from ..checking.case_run import set_grads
 from . import scenario
 from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 

@@ -6,10 +6,10 @@ import time
 
 import torch
 
-from ..bitwise import bits_finding
-from ..checks import CheckResult, Finding, same_bits
-from ..guards import allocate
-from ..run import set_grads
+from ..checking.bitwise import bits_finding
+from ..checking.checks import CheckResult, Finding, same_bits
+from ..checking.guards import allocate
+from ..checking.case_run import set_grads
 from . import scenario
 from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 
@@ -36,7 +36,7 @@ def run_inputs_unchanged(target, device="cpu", seed=0, steps=3):
         return skip(result, reason)
     res, bounds, notes = CheckResult("inputs_unchanged"), CheckResult("bounds"), []
     shapes = [(6, 3), (5,)]
-    # contiguous grads, then grads that are strided views with guarded gaps (oracle.compare.guards):
+    # contiguous grads, then grads that are strided views with guarded gaps (oracle.compare.checking.guards):
     # a kernel reading or writing a strided grad by memory order shows in the gaps
     variants = [(dtype, "contiguous") for dtype in ("float32", "bfloat16")] + [("float32", "strided")]
     for dtype, layout in variants:

@@ -10,11 +10,11 @@ import numpy as np
 import oracle
 
 
-from ..checks import CheckResult, Finding
-from ..lockstep import Lockstep
-from ..run import TORCH_DTYPES
+from ..checking.checks import CheckResult, Finding
+from ..checking.lockstep import Lockstep
+from ..checking.case_run import TORCH_DTYPES
 from . import scenario
-from ..guards import allocate
+from ..checking.guards import allocate
 from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, unavailable, values
 
 
@@ -49,7 +49,7 @@ SUBCASES = {
 
 
 def _guarded(x: np.ndarray, dtype, device, kind, name: str, guards: list, leaf: bool = True):
-    """A tensor with the values of x inside a guarded buffer (oracle.compare.guards): kind "t" a
+    """A tensor with the values of x inside a guarded buffer (oracle.compare.checking.guards): kind "t" a
     transposed layout, "s" every other element (guards in the gaps), else contiguous."""
     layout = {"t": "transposed", "s": "strided"}.get(kind, "contiguous")
     view, guard = allocate(x, TORCH_DTYPES[dtype], device, name, layout)

@@ -9,10 +9,10 @@ import torch
 import oracle
 
 
-from ..cases import fp16_eps
-from ..checks import CheckResult
-from ..lockstep import Lockstep
-from ..run import set_grads
+from ..checking.cases import fp16_eps
+from ..checking.checks import CheckResult
+from ..checking.lockstep import Lockstep
+from ..checking.case_run import set_grads
 from . import scenario
 from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 

@@ -5,9 +5,9 @@ import time
 
 import torch
 
-from ..checks import CheckResult, Finding
-from ..lockstep import Lockstep
-from ..run import set_grads
+from ..checking.checks import CheckResult, Finding
+from ..checking.lockstep import Lockstep
+from ..checking.case_run import set_grads
 from . import scenario
 from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 import torch
 
 
-from .. import ranks
-from ..checks import CheckResult
+from ..isolation import ranks
+from ..checking.checks import CheckResult
 from . import scenario
 from .common import base_hparams, finish, guarded, new_result, skip, unavailable
 
@@ -87,7 +87,7 @@ def rank_skew_hparams(optimizer: str) -> list[dict]:
 
 def launch_ranks(spec, target, device, seed, world, timeout, spawn=False):
     """`world` worker processes (oracle.compare.scenarios.rank_worker) through the one
-    launcher (oracle.compare.ranks); returns ([per-rank {check: CheckResult}],
+    launcher (oracle.compare.isolation.ranks); returns ([per-rank {check: CheckResult}],
     error text or None).
 
     On CPU the workers are forked from this process (no torch re-import, a

@@ -26,9 +26,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..bitwise import compare_bits, state_bits
-from ..checks import CheckResult, compare_exact
-from ..lockstep import Lockstep
+from ..checking.bitwise import compare_bits, state_bits
+from ..checking.checks import CheckResult, compare_exact
+from ..checking.lockstep import Lockstep
 from .common import grad_values, tensor, values
 
 
@@ -80,7 +80,7 @@ def counters_of(sd) -> list:
 
 
 def _plain(v):
-    from ..readback import counter_value
+    from ..targets.readback import counter_value
     return counter_value(v) if isinstance(v, (torch.Tensor, int, float)) else v
 
 
@@ -207,6 +207,6 @@ def run_rank(job: dict, rank: int, world: int, target=None, teardown: bool = Tru
 
 
 if __name__ == "__main__":
-    from ..ranks import rank_started
+    from ..isolation.ranks import rank_started
     rank_started()  # die with the launcher
     main(sys.argv[1])

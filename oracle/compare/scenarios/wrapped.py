@@ -1,8 +1,8 @@
 """Wrapped: torch's distributed wrappers around the optimizer, real processes.
 
-One scenario per wrapper (oracle.compare.dist_wrappers.WRAPPERS), all run
+One scenario per wrapper (oracle.compare.scenarios.torch_wrappers.WRAPPERS), all run
 by run_wrapped: the wrapper is its parameter. Each world size runs in
-forked gloo ranks (oracle.compare.ranks); every reshard pair continues, at
+forked gloo ranks (oracle.compare.isolation.ranks); every reshard pair continues, at
 its destination world size, the checkpoint its source world size saved.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 
 import torch
 
-from .. import ranks
-from ..checks import CheckResult
-from ..dist_wrappers import WRAPPERS
+from ..isolation import ranks
+from ..checking.checks import CheckResult
+from .torch_wrappers import WRAPPERS
 from . import Scenario
 from .common import finish, guarded, new_result, skip, unavailable
 from .rank_skew import merge_ranks, rank_skew_hparams, target_spec

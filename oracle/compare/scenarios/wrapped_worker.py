@@ -33,10 +33,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..bitwise import compare_bits
-from ..checks import CheckResult, Finding, same_bits
-from ..dist_wrappers import full
-from ..lockstep import Lockstep
+from ..checking.bitwise import compare_bits
+from ..checking.checks import CheckResult, Finding, same_bits
+from .torch_wrappers import full
+from ..checking.lockstep import Lockstep
 from .common import rng, tensor, values
 
 SHAPES = [[(4, 3), (5,), (3, 2), (6,), (2, 2)], [(3,)]]  # group 1: one norm weight, empty on all ranks but one
@@ -84,7 +84,7 @@ def forked(job: dict, rank: int, world: int, target, wrapper, env: dict) -> None
 
 def main(job_path: str) -> None:
     """Entry point of a spawned worker: target and wrapper are found again by name."""
-    from ..dist_wrappers import WRAPPERS
+    from .torch_wrappers import WRAPPERS
     from .rank_worker import find_target
     with open(job_path, "rb") as fh:
         job = pickle.load(fh)
@@ -94,7 +94,7 @@ def main(job_path: str) -> None:
 
 
 def run_rank(job: dict, rank: int, world: int, target, wrapper, teardown: bool = True) -> None:
-    from ..dist_wrappers import Holder
+    from .torch_wrappers import Holder
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     seed, hp, (K, E), device = job["seed"], job["hparams"], job["steps"], job["device"]
     checks = {n: CheckResult(n) for n in ("construction", "checkpoint_init", "lockstep", "counters", "allreduce",
@@ -279,6 +279,6 @@ def _bits(sd, params) -> dict:
 
 
 if __name__ == "__main__":
-    from ..ranks import rank_started
+    from ..isolation.ranks import rank_started
     rank_started()  # die with the launcher
     main(sys.argv[1])

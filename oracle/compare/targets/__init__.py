@@ -13,6 +13,6 @@ The registry of every target by name is oracle.compare.registry (above
 these modules and the optimizers' comparison records).
 """
 from .base import Target, with_counter
-from .user import load_impl, probe_import
+from .user_impl import load_impl, probe_import
 
 __all__ = ["Target", "load_impl", "probe_import", "with_counter"]

@@ -1,7 +1,7 @@
 """Targets: an optimizer implementation plus the conventions it declares.
 
 A target builds a torch optimizer from parameter groups, and the harness
-steps it and reads its state back in canonical form (oracle.compare.readback).
+steps it and reads its state back in canonical form (oracle.compare.targets.readback).
 Anything that is a `torch.optim.Optimizer` works: torch's own paths, our
 fused kernels, third-party libraries, a user's class passed with --impl.
 """
@@ -45,13 +45,13 @@ class Target:
     in_default: bool = True  # part of a sweep that names no --target
     declared: tuple = ()     # (check, reason) pairs: deviations by design; the check runs, findings go to its note
     # (option, reason) pairs: convention options whose deviation (oracle.forms) the implementation
-    # declares on purpose (ORACLE_DEVIATIONS); its rows then pass, saying so (oracle.compare.deviation)
+    # declares on purpose (ORACLE_DEVIATIONS); its rows then pass, saying so (oracle.compare.checking.deviation)
     deviations: tuple = ()
-    # the spec's hyperparameters its constructor does not take (oracle.compare.targets.user): never
+    # the spec's hyperparameters its constructor does not take (oracle.compare.targets.user_impl): never
     # passed; a case that sets one to other than its default is a skip saying so
     absent: frozenset = frozenset()
     # set when inference found no form that explains the target: the nearest one (judged) and the
-    # probes that separate it; its failing rows are "unexplained", not defects (oracle.compare.deviation)
+    # probes that separate it; its failing rows are "unexplained", not defects (oracle.compare.checking.deviation)
     unexplained: str = ""
     # A training engine rather than an optimizer (DeepSpeed's): runs only the
     # scenarios marked engine=True, with this description of itself.
@@ -64,7 +64,7 @@ class Target:
     # of its code stepped), "" when it need not: state the library keeps per process rather than per
     # optimizer, which would carry one job's history into the next and make a verdict depend on --jobs
     own_process: str = ""
-    # its conventions are not declared but inferred before it is judged (oracle.compare.infer): an
+    # its conventions are not declared but inferred before it is judged (oracle.compare.inference.infer): an
     # outside optimizer; `convention` etc. are then only the starting point
     infer: bool = False
     # A declared subset of the case matrix (case-name globs; empty: every case)
@@ -87,7 +87,7 @@ class Target:
         return f"outside {self.name}'s declared subset ({', '.join(self.subset)}): {self.subset_reason}"
 
     def read(self, opt):
-        from ..readback import read
+        from .readback import read
         return read(opt, self.state_names)
 
     def compute_dtype(self, storage: str) -> str:

@@ -1,7 +1,7 @@
 """A target's conventions as one named record (a catalog preset plus the axes implementations vary
 independently), how a target is judged as following one, and the class attributes that declare it.
 
-Convention inference (oracle.compare.infer) produces these; user targets (oracle.compare.targets.user)
+Convention inference (oracle.compare.inference.infer) produces these; user targets (oracle.compare.targets.user_impl)
 apply them, in the CLI's process and, through the environment, in its worker processes.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Candidate:
     masters: bool = False
     explained: bool = True
     separating: str = ""
-    # (implementation key, canonical name) pairs found by value (oracle.compare.statenames)
+    # (implementation key, canonical name) pairs found by value (oracle.compare.checking.statenames)
     state_names: tuple = ()
 
     def label(self) -> str:
@@ -106,7 +106,7 @@ def imported(name: str) -> Candidate | None:
 
 def with_inferred(target):
     """The target as this run judges it: with the convention inferred for it, where one was (and,
-    where none explains it, the nearest one, its rows marked unexplained: oracle.compare.deviation)."""
+    where none explains it, the nearest one, its rows marked unexplained: oracle.compare.checking.deviation)."""
     cand = imported(target.name) if target.infer else None
     return target if cand is None else judged_as(target, cand)
 

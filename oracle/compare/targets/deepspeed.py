@@ -97,9 +97,9 @@ import time
 from oracle.adagrad import DEEPSPEED_ADAGRAD
 from oracle.adam import AdamConvention
 
-from ..ranks import free_port, shm_buffer_path
+from ..isolation.ranks import free_port, shm_buffer_path
 from .base import EngineSpec, Target
-from .extra import translate
+from .bitsandbytes_torchao import translate
 
 DEEPSPEED_VERSIONS = ">=0.19,<0.20"
 
@@ -449,7 +449,7 @@ ENGINE_SHORT = {"bfloat16": "bf16", "float16": "fp16"}
 def engine_targets() -> list[Target]:
     """deepspeed.initialize over gloo with a bf16 model, ZeRO 0 and 1, each client
     optimizer, world sizes 1 and 2; fp16 with torch AdamW at world size 1. Run
-    by the engine scenarios only (oracle.compare.scenarios.engine), and only
+    by the engine scenarios only (oracle.compare.scenarios.deepspeed_engine), and only
     when named (--target 'deepspeed.engine.*'): each costs real processes."""
     out = []
     for dtype, clients, worlds in (("bfloat16", tuple(ENGINE_CLIENTS), (1, 2)), ("float16", ("adamw",), (1,))):
@@ -614,7 +614,7 @@ class EngineRun:
         return master, st
 
     def read(self) -> dict:
-        from ..readback import counter_value, to_numpy
+        from .readback import counter_value, to_numpy
         masters, counters, keys, states = [], [], [], []
         for g, ps in enumerate(self.params):
             mrow, crow, krow, srow = [], [], [], []

@@ -68,7 +68,7 @@ transformer_engine.pytorch.optimizers.FusedAdam
             master_weights a fp32 "master_param" that the update runs on (masters=True).
             exp_avg_dtype=bf16 stores bf16 moments (fp32 math, copy_ on store); fp16/fp8
             moments are stored SCALED by a per-tensor factor (self._scales): not readable
-            as values by oracle.compare.readback, so not targets.
+            as values by oracle.compare.targets.readback, so not targets.
   dtypes    fp32, fp16, bf16 params (a mix of fp16 and bf16 in one group raises).
 
 deepspeed.ops.adam.FusedAdam on CUDA (deepspeed 0.19.8: ops/adam/fused_adam.py,
@@ -110,7 +110,7 @@ from oracle.adagrad import AdagradConvention
 from oracle.lamb import APEX_LAMB, DEEPSPEED_LAMB
 
 from .base import Target, torch_make as _torch_make, torch_scaled_step as _torch_scaled_step
-from .extra import _version, make_factory
+from .bitsandbytes_torchao import _version, make_factory
 from .torch_optim import TORCH_DECLARED, float32_counter
 
 # apex's and DeepSpeed's CUDA kernels add wd*p in L2 mode whatever wd is (zero_decay="add").

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .explain import by_severity, failure_line, failing_checks, finding_text
-from .checks import FAILING
-from .summary import WHOLE_TARGET
+from ..checking.explain import by_severity, failure_line, failing_checks, finding_text
+from ..checking.checks import FAILING
+from ..checking.summary import WHOLE_TARGET
 
 
 def _new_keys(doc: dict):
@@ -85,7 +85,7 @@ def document(doc: dict) -> ET.ElementTree:
         suite = ET.SubElement(root, "testsuite", name="known")
         suite.attrib.update({"tests": len(fixed), "failures": len(fixed), "errors": 0, "skipped": 0, "time": 0.0})
         for e in fixed:
-            case = ET.SubElement(suite, "testcase", classname="oracle.compare.known", name=e["id"], time="0")
+            case = ET.SubElement(suite, "testcase", classname="oracle.compare.checking.known", name=e["id"], time="0")
             ET.SubElement(case, "failure", type="fixed", message=f"known entry {e['id']} no longer reproduces: "
                                                                  f"{e['reason']}").text = e["summary"]
     for suite in root:

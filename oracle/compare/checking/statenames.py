@@ -1,12 +1,12 @@
 """State names found by value: a tensor that holds the oracle's `exp_avg` is `exp_avg`, whatever its key.
 
 An implementation may keep Lion's momentum as `state["state1"]` (bitsandbytes) or Adam's second
-moment as `state["v"]`. Before inference (oracle.compare.infer) the target takes two steps on a
+moment as `state["v"]`. Before inference (oracle.compare.inference.infer) the target takes two steps on a
 probe case without weight decay, the oracle takes the same two in float64, and each state key the
-readback does not understand (oracle.compare.readback) is matched to the canonical key the
+readback does not understand (oracle.compare.targets.readback) is matched to the canonical key the
 oracle has and the target lacks, by relative distance: a key is named only when one canonical key
 is within MATCH of it on every param, no other is, and no two keys take the same name. A class can
-declare the names instead (ORACLE_STATE_NAMES = {"state1": "exp_avg"}, oracle.compare.targets.user).
+declare the names instead (ORACLE_STATE_NAMES = {"state1": "exp_avg"}, oracle.compare.targets.user_impl).
 """
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def found(target, cases, seed: int, device: str = "cpu", steps: int = 2) -> tupl
     from oracle.common import OptState
 
     from . import cases as C
-    from .readback import aliases
-    from .run import build, make_params, set_grads
+    from ..targets.readback import aliases
+    from .case_run import build, make_params, set_grads
     case = probe_case(target, cases)
     if case is None:
         return ()

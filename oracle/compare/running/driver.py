@@ -1,7 +1,7 @@
 """The one driver: which jobs a selection makes, and running one job.
 
 A job is (target, matrix case or scenario, seed). The CLI (oracle.compare.cli)
-plans jobs here and runs them in worker processes (oracle.compare.isolate);
+plans jobs here and runs them in worker processes (oracle.compare.running.workers);
 the kill matrix (oracle.mutants) runs the same jobs for each mutant. A job
 yields one result row, or several for a scenario with variants (the engine
 scenarios: one row per world size and save point).
@@ -42,8 +42,8 @@ def scenario_selected(job_name: str, pattern: str | None) -> bool:
 def jobs_for(target, dtypes, steps: int, seeds, case_pattern: str | None, scenario_names, matrix: bool) -> list:
     """(target, case or ScenarioJob, seed) for one target: its matrix cases
     (an optimizer target) and every named scenario that applies to it."""
-    from . import cases as C
-    from .scenarios import SCENARIOS
+    from ..checking import cases as C
+    from ..scenarios import SCENARIOS
     work = []
     for seed in seeds:
         if matrix and target.engine is None:
@@ -59,10 +59,10 @@ def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern:
             teach: bool = True):
     """One matrix case (by name) or one scenario ("scenario:NAME"): a CaseResult or a list of them.
     teach: a failing matrix row says which single change of convention would make it pass
-    (oracle.compare.infer.teach; a few more runs of the case).
+    (oracle.compare.inference.infer.teach; a few more runs of the case).
     A target with `own_process` set runs it in a child forked for this job alone (see procs.in_own_process)."""
     if target.own_process:
-        from .procs import in_own_process
+        from ..isolation.processes import in_own_process
         _warm(target, device)
         return in_own_process(lambda: _alone(target, case_name, seed, steps, device, pattern, teach))
     return _run_job(target, case_name, seed, steps, device, pattern, teach)
@@ -87,17 +87,17 @@ def _warm(target, device: str) -> None:
 
 def _alone(target, case_name, seed, steps, device, pattern, teach):
     """The job in its own process, between integrity checks of that process (what it changes there
-    dies with it, but would still decide this job's own verdict: oracle.compare.tamper)."""
-    from . import tamper
+    dies with it, but would still decide this job's own verdict: oracle.compare.isolation.tamper)."""
+    from ..isolation import tamper
     clean = tamper.snapshot()
     result = _run_job(target, case_name, seed, steps, device, pattern, teach)
     return untampered(clean, result, target.name, target.optimizer, case_name, seed, steps)[0]
 
 
 def untampered(clean, result, name, optimizer, case_name, seed, steps):
-    """(row, changes) after a job: its result, or, when it changed what judges it (oracle.compare.tamper),
+    """(row, changes) after a job: its result, or, when it changed what judges it (oracle.compare.isolation.tamper),
     an error row naming the changes, which are undone."""
-    from . import tamper
+    from ..isolation import tamper
     changes = tamper.changed(clean)
     if not changes:
         return result, changes
@@ -106,16 +106,16 @@ def untampered(clean, result, name, optimizer, case_name, seed, steps):
 
 
 def _run_job(target, case_name, seed, steps, device, pattern, teach):
-    from .deviation import mark
+    from ..checking.deviation import mark
     if case_name.startswith(SCENARIO_PREFIX):
-        from .scenarios import SCENARIOS
+        from ..scenarios import SCENARIOS
         sc = SCENARIOS[case_name[len(SCENARIO_PREFIX):]]
         result = sc.run(target, device, seed, pattern=pattern) if sc.engine else sc.run(target, device, seed)
         mark(target, rows(result))
         return result
-    from . import cases as C
-    from .infer import teach as explain_by_convention
-    from .run import run_case
+    from ..checking import cases as C
+    from ..inference.infer import teach as explain_by_convention
+    from ..checking.case_run import run_case
     case = C.find_case(case_name, steps)
     result = run_case(target, case, seed, device)
     if teach and result.status == "fail" and not result.reason:
@@ -127,9 +127,9 @@ def _run_job(target, case_name, seed, steps, device, pattern, teach):
 
 
 def error_result(target, optimizer, case_name, seed, steps, reason):
-    from . import cases as C
-    from .checks import CheckResult
-    from .run import CaseResult
+    from ..checking import cases as C
+    from ..checking.checks import CheckResult
+    from ..checking.case_run import CaseResult
     try:
         case = C.find_case(case_name, steps)
         dtype, hparams = case.dtype, case.group_hparams()

@@ -25,8 +25,8 @@ import io
 import math
 import re
 from collections import defaultdict
-from .checks import FAILING
-from .known import any_glob
+from ..checking.checks import FAILING
+from ..checking.known import any_glob
 
 PLOT_CASES = 60          # failing cases that get plots (the rest: findings, repro; data in report.json)
 MATRIX_CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
@@ -319,7 +319,7 @@ def series_svg(row: dict, prefix: str) -> str | None:
 def where_html(row: dict) -> str:
     """Where and when each failing check without a per-step series went wrong (non-finite values,
     writes outside a view, counters, schema): its first finding, instead of a plot."""
-    from .explain import finding_text
+    from ..checking.explain import finding_text
     out = [f"<li><b>{esc(n)}</b>: {esc(finding_text(c['findings'][0]))}</li>"
            for n, c in row["checks"].items() if not c.get("passed", True) and not c.get("series") and c.get("findings")]
     return f"<ul class='where'>{''.join(out)}</ul>" if out else ""
@@ -341,7 +341,7 @@ def _bin_label(low, high) -> str:
 
 def histogram_svg(row: dict, prefix: str) -> str | None:
     """Per-element error in ULPs at the worst step of the most severe failing check with a histogram."""
-    from .checks import severity
+    from ..checking.checks import severity
     checks = sorted(plotted_checks(row), key=lambda kv: (kv[1].get("passed", True), severity(kv[0])))
     name, hist = next(((n, c["histogram"]) for n, c in checks if c.get("histogram")), (None, None))
     if hist is None:
@@ -370,7 +370,7 @@ def histogram_svg(row: dict, prefix: str) -> str | None:
 # --- sections ----------------------------------------------------------------------------------
 
 def findings_table(row: dict) -> str:
-    from .explain import by_severity, index_text, ulps, value
+    from ..checking.explain import by_severity, index_text, ulps, value
     rows = []
     for name, c in by_severity(row["checks"].items()):  # the failure line's finding first
         for f in c.get("findings", []):
@@ -386,8 +386,8 @@ def findings_table(row: dict) -> str:
 
 
 def checks_table(row: dict) -> str:
-    from .explain import ulps
-    from .summary import measure
+    from ..checking.explain import ulps
+    from ..checking.summary import measure
     out = ["<table class='checks'><thead><tr><th>check</th><th>passed</th><th>compared</th><th>unbounded</th>"
            "<th>worst error / bound (ULP)</th><th>ratio</th><th>note</th></tr></thead><tbody>"]
     for name, c in row["checks"].items():
@@ -411,7 +411,7 @@ def copyable(command: str) -> str:
 
 
 def case_html(row: dict, anchor: str, mark: str, plots: bool, show: bool = False) -> str:
-    from .explain import describe, failure_line
+    from ..checking.explain import describe, failure_line
     line = failure_line(row)
     parts = [f"<details class='case {esc(row['status'])}' id='{anchor}' data-mark='{esc(mark)}'"
              f"{' open' if show else ''}>",
@@ -443,8 +443,8 @@ OPEN_CASES = 10  # failing cases shown open: the first new ones (the rest one cl
 def failures_html(doc: dict, anchors: dict) -> str:
     """Failing rows, new ones first (open), then known ones (closed); within each, targets by their most
     severe row and rows most severe first."""
-    from .explain import most_severe_first
-    from .summary import new_failure_rows
+    from ..checking.explain import most_severe_first
+    from ..checking.summary import new_failure_rows
     bad = most_severe_first(r for r in doc["results"] if r["status"] in FAILING)
     if not bad:
         return "<p>No failures.</p>"
@@ -476,7 +476,7 @@ def known_html(doc: dict) -> str:
     if not known:
         return "<p>Not judged against known findings: every failure counts.</p>" if "known" in doc else \
             "<p>No known-findings section in this report.</p>"
-    from .summary import run_counts
+    from ..checking.summary import run_counts
     rows = run_counts(doc)  # failing rows, as the verdict line counts them
     c = {k: esc(v) for k, v in known["counts"].items()}  # counts are data too: escaped like every string
     out = [f"<p>File <code>{esc(known['file'])}</code>, device {esc(known['device'])}. Failing rows: "
@@ -511,7 +511,7 @@ def entries_table(entries: list) -> str:
 
 
 def summary_table_html(doc: dict) -> str:
-    from .explain import ulps
+    from ..checking.explain import ulps
     rows = doc.get("summary") or []
     out = ["<div class='scroll'><table class='summary'><thead><tr><th>target</th><th>optimizer</th><th>dtype</th>"
            "<th>pass</th><th>fail</th><th>error</th><th>skip</th><th>worst err / bound (ULP)</th>"
@@ -533,7 +533,7 @@ def inferred_html(doc: dict) -> str:
     """The conventions inferred for undeclared --impl optimizers, each with its declaration."""
     if not doc.get("inferred"):
         return ""
-    from .infer import lines
+    from ..inference.infer import lines
     return ("<section id='inferred'><h2>Inferred conventions</h2>"
             + "".join(f"<pre>{esc(chr(10).join(lines(found)))}</pre>" for found in doc["inferred"]) + "</section>")
 
@@ -640,7 +640,7 @@ JS = r"""
 
 def precision_hazards_html(doc: dict) -> str:
     """report.json's `hazards` section as a table: what rounds away, in which arithmetic, with what effect."""
-    from .hazards import entries as precision_hazards, group_line, grouped, line
+    from ..checking.hazards import entries as precision_hazards, group_line, grouped, line
     rows = precision_hazards(doc)
     if not rows:
         return "<p>None.</p>"
@@ -653,7 +653,7 @@ def precision_hazards_html(doc: dict) -> str:
 
 
 def render(doc: dict) -> str:
-    from .summary import hazards, skipped_line, verdict_text
+    from ..checking.summary import hazards, skipped_line, verdict_text
     anchors = {id(r): f"case-{i}" for i, r in enumerate(doc["results"])}
     n_bad = sum(r["status"] in FAILING for r in doc["results"])
     verdict = verdict_text(doc).replace("**", "")

@@ -17,7 +17,7 @@ nearest one (fewest unexplained probes), and the report names it with the probes
 Inference cannot explain away a defect: the candidates are conventions real libraries follow, every
 one is judged by the same checks with the same bounds, and the verdict on the full matrix comes after.
 
-    python -m oracle.compare.infer MODULE:NAME --optimizer adamw      # print the inferred declaration
+    python -m oracle.compare.inference.infer MODULE:NAME --optimizer adamw      # print the inferred declaration
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields, replace
 
-from .targets.declare import Candidate, apply, declaration
+from ..targets.declare import Candidate, apply, declaration
 
 # (compute, state_dtype, masters), strictest first: float32 arithmetic is checked against a bound a
 # storage-arithmetic model would widen by orders of magnitude.
@@ -38,7 +38,7 @@ PRECISIONS = (("float32", "param", False), ("float32", "float32", False), ("floa
 COUNTERS = ("param", "group")
 PROBE_STEPS = 4          # early steps: bias corrections are far from 1
 PROBE_CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema")  # all but roundtrip
-# what no convention may excuse (oracle.compare.finite, oracle.compare.guards): never "taught"
+# what no convention may excuse (oracle.compare.checking.finite, oracle.compare.checking.guards): never "taught"
 UNEXCUSABLE = ("finite", "bounds")
 # probes run first: they separate most presets at the first case
 FIRST_REGIMES = ("large_decay", "tiny_grads", "normal")
@@ -129,7 +129,7 @@ def lines(d: dict) -> list[str]:
 
 def probe_cases(target, dtypes) -> list:
     """The matrix rows, shortened to PROBE_STEPS, that the target can run, discriminating ones first."""
-    from . import cases as C
+    from ..checking import cases as C
     out = []
     for dtype in dtypes:
         if dtype not in target.dtypes:
@@ -165,8 +165,8 @@ def watched(name: str):
 
 
 def run_probe(target, case, seed: int, device: str) -> Probe:
-    from .explain import describe
-    from .run import run_case
+    from ..checking.explain import describe
+    from ..checking.case_run import run_case
     with watched(case.name):
         res = run_case(target, case, seed, device, checks=PROBE_CHECKS)
     if res.status == "pass":
@@ -203,7 +203,7 @@ def conventions_for(optimizer: str, declared_conv=None) -> list[tuple[str, objec
     or from one of those presets, then two options away from the reference (MAX_FORMS in all); each
     crossed with the counter locations. A declared convention is the only one."""
     if declared_conv is not None:
-        from .targets.conventions import named
+        from ..targets.conventions import named
         return [(named(optimizer, declared_conv) or "declared", declared_conv)]
     import oracle
     spec = oracle.SPECS[optimizer]
@@ -264,7 +264,7 @@ def presets(spec) -> tuple[list, list]:
     """The catalog presets of this optimizer: (legitimate ones, deviations)."""
     from oracle import forms
 
-    from .targets.conventions import catalog
+    from ..targets.conventions import catalog
     mine = [(name, conv) for name, (opt, conv) in catalog().items() if opt == spec.name]
     return ([p for p in mine if forms.kind(spec, p[1]) != forms.DEVIATION],
             [p for p in mine if forms.kind(spec, p[1]) == forms.DEVIATION])
@@ -314,7 +314,7 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
     low = probe_cases(target, [d for d in ("bfloat16", "float16") if dtypes is None or d in dtypes])
     compute0, state0, masters0 = precisions(declared)[0]
     # state kept under other names is named by value first, so that every candidate reads it
-    from . import statenames
+    from ..checking import statenames
     if target.state_names:
         names = target.state_names
     else:
@@ -392,7 +392,7 @@ def counter_format(target, cand: Candidate, seed: int, device: str) -> Candidate
     """The candidate with a float32 step counter when its counter stops at exactly 2**24 and nothing
     else in the long-horizon scenario differs, and the float32 form then passes it; unchanged otherwise
     (a counter failing elsewhere stays a failure)."""
-    from .scenarios.long_horizon import run_long_horizon
+    from ..scenarios.long_horizon import run_long_horizon
     if not hasattr(cand.convention, "counter_format"):
         return cand
     res = run_long_horizon(apply(target, cand), device, seed)
@@ -416,7 +416,7 @@ AXIS_WORDS = {("compute", "storage"): "storage-dtype arithmetic (every operation
 def single_axis_changes(target, dtype: str) -> list[tuple[str, object, object]]:
     """(axis, value, target judged with that one axis changed), for every axis of the target's convention
     and the precision axes, the values real implementations use (the catalog's) and no others."""
-    from .targets.conventions import catalog
+    from ..targets.conventions import catalog
     out = []
     if dtype != "float32":
         out.append(("compute", "storage" if target.compute == "float32" else "float32", None))
@@ -438,7 +438,7 @@ def teach(target, case, seed: int, device: str, failing=()) -> str:
     """For a failing matrix row: the single-axis change of convention under which the same case passes
     every check, in words a person can act on; "" when none does, or when a check no convention may
     excuse (a non-finite value, a write outside a tensor) is among the `failing` ones."""
-    from .run import run_case
+    from ..checking.case_run import run_case
     if set(failing) & set(UNEXCUSABLE):
         return ""
     for axis, value, alt in single_axis_changes(target, case.dtype):
@@ -481,7 +481,7 @@ def watch_probes(limit_s: float, poll_s: float = 0.5) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m oracle.compare.infer",
+    p = argparse.ArgumentParser(prog="python -m oracle.compare.inference.infer",
                                 description="Fingerprint an optimizer and print the convention it follows.")
     p.add_argument("target", metavar="MODULE:NAME|TARGET", help="an optimizer class, or a target's name")
     p.add_argument("--optimizer", default=None)
@@ -494,9 +494,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.probe_timeout:
         watch_probes(args.probe_timeout)
-    from . import run, tamper  # noqa: F401 - loaded before the snapshot, as in a worker
-    from .targets.declare import ENV
-    from .targets.user import declared_axes, load_impl, resolve
+    from ..checking import case_run as run
+    from ..isolation import tamper  # noqa: F401 - loaded before the snapshot, as in a worker
+    from ..targets.declare import ENV
+    from ..targets.user_impl import declared_axes, load_impl, resolve
     os.environ.pop(ENV, None)  # judge it afresh, not as an earlier inference left it
     clean = tamper.snapshot()  # before the target's module is imported
     try:
@@ -504,7 +505,7 @@ def main(argv=None) -> int:
             target = load_impl(args.target, optimizer=args.optimizer, inferred=False)
             declared = declared_axes(resolve(args.target))
         else:
-            from .registry import find
+            from ..registry import find
             target, declared = find(args.target, args.optimizer), {}
     except (ValueError, LookupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -519,7 +520,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from .procs import behind_shield, die_with_launcher
+    from ..isolation.processes import behind_shield, die_with_launcher
     die_with_launcher()  # started by the CLI: do not outlive it
     behind_shield()  # the target's code runs here: a signal to its parent must not reach the CLI
     sys.exit(main())

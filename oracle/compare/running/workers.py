@@ -7,7 +7,7 @@ once and then runs job after job. Results come back in the order of the work
 list whatever N is, so the report and exit status do not depend on it.
 
 A worker leads a process group of its own and dies with the CLI
-(oracle.compare.procs). When its job outlives `timeout` seconds, or the
+(oracle.compare.isolation.processes). When its job outlives `timeout` seconds, or the
 resident memory of the worker and its children exceeds `memory_limit_mb`, the
 whole group is killed (SIGKILL) and the job gets one error row; a worker that
 dies by itself (a segfault) costs the same row. A fresh worker takes its
@@ -29,7 +29,7 @@ import time
 from collections import deque
 from multiprocessing.connection import wait
 
-from . import procs
+from ..isolation import processes as procs
 from .driver import error_result, untampered
 
 STARTUP_TIMEOUT = 120.0  # importing torch on a busy 2-core machine
@@ -51,7 +51,7 @@ def default_jobs() -> int:
 def resolve_target(name: str, optimizer: str):
     """Rebuild a target from its name inside the worker (targets hold
     closures and do not pickle)."""
-    from .registry import find
+    from ..registry import find
     return find(name, optimizer)
 
 
@@ -79,7 +79,9 @@ def _worker(conn, parent_pid: int) -> None:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # already fixed (something ran in parallel)
         pass
-    from . import run, scenarios, tamper  # noqa: F401 - imported before "ready" so limits time the work only
+    from ..checking import case_run as run
+    from .. import scenarios
+    from ..isolation import tamper  # noqa: F401 - imported before "ready" so limits time the work only
     clean = tamper.snapshot()  # before any target code ran in this process
     conn.send(("ready", {"import_s": time.perf_counter() - t0, "pid": os.getpid()}))
     while True:
@@ -96,8 +98,8 @@ def _worker(conn, parent_pid: int) -> None:
 
 def judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern):
     """(result, what the target changed in this process): one job between two integrity checks
-    (oracle.compare.tamper); a job that changed anything is an error row, its changes undone."""
-    from . import tamper
+    (oracle.compare.isolation.tamper); a job that changed anything is an error row, its changes undone."""
+    from ..isolation import tamper
     tamper.settle(clean)
     try:
         target = resolve_target(name, optimizer)

@@ -1,6 +1,6 @@
 """Comparisons against the oracle and what a failure looks like.
 
-Tolerances are per element and derived (oracle.compare.errmodel): the running error
+Tolerances are per element and derived (oracle.compare.checking.errmodel): the running error
 bound of the oracle's own expression evaluated in the target's compute
 dtype, doubled, plus the rounding of the stored result. Errors are reported
 in ULPs of the storage dtype taken at the operand magnitude
@@ -27,22 +27,22 @@ _EDGES = np.array(HIST_EDGES)
 
 
 # Row statuses that fail a run: a numerical or exact check failed, the target raised, the row passed
-# only under a library's deviation (oracle.compare.deviation), or no legitimate form explains the
-# target (oracle.compare.infer) and the row fails under the nearest one. RAN: the row ran to its end.
+# only under a library's deviation (oracle.compare.checking.deviation), or no legitimate form explains the
+# target (oracle.compare.inference.infer) and the row fails under the nearest one. RAN: the row ran to its end.
 FAILING = ("fail", "error", "deviation", "unexplained")
 RAN = ("pass", "fail", "deviation", "unexplained")
 STATUSES = ("pass", *FAILING, "skip")
 
 
 # Check names by severity, most severe first: a row's one-line reason leads with its most severe
-# failing check and failure listings put the most severe rows first (oracle.compare.explain). Silent
+# failing check and failure listings put the most severe rows first (oracle.compare.checking.explain). Silent
 # corruption outranks a loud crash, a crash outranks wrong bookkeeping, and a result a little off the
 # numerical bound ranks last. "deviation" is a row status (numerics pass, the convention is a
 # library deviation), ranked here by name. A scenario's suffixed name ("counters@16777216") ranks by
 # its prefix; a name not listed ranks with the numerical checks (lockstep, trajectory, masters, ...).
 SEVERITY = (
-    ("bounds",),            # memory outside a tensor written (oracle.compare.guards)
-    ("finite",),            # non-finite output from finite input (oracle.compare.finite)
+    ("bounds",),            # memory outside a tensor written (oracle.compare.checking.guards)
+    ("finite",),            # non-finite output from finite input (oracle.compare.checking.finite)
     ("inputs_unchanged",),  # the caller's grads or hyperparameters modified
     ("error",),             # the target raised or crashed
     ("counters", "schema", "roundtrip", "checkpoint", "checkpoint_init", "resume", "cross", "flags",

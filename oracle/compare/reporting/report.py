@@ -1,13 +1,13 @@
 """Reports: a terminal summary table, and report.json + report.md + report.html published as one unit
-(oracle.compare.publish).
+(oracle.compare.reporting.publish).
 
 report.json is the data (schema "optimizer-oracle-report/2", the JSON Schema in
-oracle/compare/report.schema.json, documented in docs/report-schema.md): top level {schema, created,
+oracle/compare/reporting/report.schema.json, documented in docs/report-schema.md): top level {schema, created,
 complete, versions, argv, summary[], results[]}; each result {target, case, optimizer, dtype,
 hparams (one object per group), seed, steps, status, reason, seconds, repro, checks{name: {passed,
 compared, unbounded, worst_ratio, worst_error_ulps, worst_bound_ulps, power, note, findings[],
 series?, histogram?}}}. report.md and report.html are views of that document (`markdown(doc)`,
-oracle.compare.html.render(doc)), so both can be rebuilt from a report.json.
+oracle.compare.reporting.html.render(doc)), so both can be rebuilt from a report.json.
 """
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ import tempfile
 import time
 from dataclasses import asdict
 
-from .summary import (hazards, jsonable, measure, new_failure_rows, skip_reason, skipped_line,  # noqa: F401
+from ..checking.summary import (hazards, jsonable, measure, new_failure_rows, skip_reason, skipped_line,  # noqa: F401
                       skipped_targets, summarize, summary_table, verdict_text, run_counts, counts_text)
 
-from .runinfo import repro_command, versions  # noqa: F401 - part of this module's API
-from .checks import FAILING
+from ..checking.runinfo import repro_command, versions  # noqa: F401 - part of this module's API
+from ..checking.checks import FAILING
 
 SCHEMA = "optimizer-oracle-report/2"
 FILES = ("report.json", "report.md", "report.html")
@@ -59,7 +59,7 @@ def series_dict(c) -> dict | None:
 def histogram_dict(c) -> dict | None:
     """The worst step's per-element errors in ULPs: {step, bins: [[low, high, count], ...]} for the
     non-empty bins of checks.HIST_EDGES ([0, 0] counts exact agreement; high null: unbounded above)."""
-    from .checks import HIST_EDGES
+    from ..checking.checks import HIST_EDGES
     worst = c.worst_step() if getattr(c, "series", None) else None
     counts = getattr(c, "histogram", {}).get(worst)
     if not counts or not any(counts):
@@ -83,7 +83,7 @@ def check_dict(c, measures: bool = False) -> dict:
 
 
 def result_dict(result, device: str) -> dict:
-    from .explain import reason
+    from ..checking.explain import reason
     bad = result.status in FAILING
     return {"target": result.target, "case": result.case, "optimizer": result.optimizer, "dtype": result.dtype,
             "hparams": [_num(dict(hp)) for hp in result.hparams],
@@ -99,8 +99,8 @@ MD_FAILURES = 40  # failure lines in report.md (all of them are in report.html a
 def markdown(doc: dict) -> str:
     """report.md from a report document: header, summary, new failures, hazards, known entries;
     every finding, the plots, notes and tracebacks are in report.html."""
-    from .explain import failure_line, first_line, most_severe_first
-    from .hazards import entries as precision_hazards, folded_line, group_line, grouped, noticeable
+    from ..checking.explain import failure_line, first_line, most_severe_first
+    from ..checking.hazards import entries as precision_hazards, folded_line, group_line, grouped, noticeable
     out = ["# Optimizer oracle report", "", f"- created: {doc['created']}", f"- complete: {doc['complete']}",
            f"- versions: {', '.join(f'{k} {v}' for k, v in doc['versions'].items())}",
            f"- command: `{' '.join(doc['argv'])}`", f"- result: {verdict_text(doc)}",
@@ -110,9 +110,9 @@ def markdown(doc: dict) -> str:
            "relative error in an update that the lockstep check would catch (median over cases).", "",
            "## Summary", "", summary_table(doc["summary"], "github"), ""]
     if doc.get("inferred"):
-        from .infer import lines
+        from ..inference.infer import lines
         out += ["## Inferred conventions", "", "Each --impl that does not declare its conventions was judged by "
-                "the one inferred for it (python -m oracle.compare.infer; --no-infer to skip):", ""]
+                "the one inferred for it (python -m oracle.compare.inference.infer; --no-infer to skip):", ""]
         for found in doc["inferred"]:
             out += ["```", *lines(found), "```", ""]
     new = most_severe_first(new_failure_rows(doc))  # the MD_FAILURES shown: the most severe
@@ -133,7 +133,7 @@ def markdown(doc: dict) -> str:
     out += [f"- {h}" for h in hazards(doc)] or ["None."]
     out += ["", "## Precision hazards", "",
             "Hyperparameters and derived constants the target's compute arithmetic cannot hold "
-            "(oracle.compare.hazards), with the measured effect where they change results; one line for every "
+            "(oracle.compare.checking.hazards), with the measured effect where they change results; one line for every "
             "target and dtype holding the same constant the same way, those that change results first "
             "(per target: report.html).", ""]
     groups = grouped(precision_hazards(doc))
@@ -177,7 +177,7 @@ def document(results, argv, complete: bool, device: str, extra: dict | None = No
     """The report.json document of a run."""
     meta = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "complete": complete,
             "versions": versions(), "argv": list(argv), **(extra or {})}
-    from .hazards import summarize as hazard_entries
+    from ..checking.hazards import summarize as hazard_entries
     doc = {**_num(meta), "summary": [_num(r) for r in summarize(results)],
            "hazards": _num(hazard_entries(results)), "results": [result_dict(r, device) for r in results]}
     doc["counts"] = run_counts(doc)  # the one set of counts every view of the run shows
@@ -237,7 +237,7 @@ def save_fallback(doc: dict, folders=None) -> str | None:
 def write(report_dir: str, results, argv, complete: bool, device: str, extra: dict | None = None,
           lock: bool = True) -> dict:
     """Write report.json, report.md and report.html into `report_dir` as one unit
-    (oracle.compare.publish); `lock=False` when the caller already holds the folder's ReportLock.
+    (oracle.compare.reporting.publish); `lock=False` when the caller already holds the folder's ReportLock.
     A write that fails (the folder was checked before the work, so: a disk that filled since) saves
     report.json elsewhere and raises ReportNotWritten saying where."""
     from .publish import ReportLock, publish

@@ -22,7 +22,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from .checks import FAILING, RAN
+from ..checking.checks import FAILING, RAN
 
 DEFAULT_FACTOR = 2.0
 DEFAULT_FLOOR = 0.01
@@ -40,7 +40,7 @@ def load_report(path: str) -> dict:
     if torn:
         raise DiffError(f"{path} is not one run's report: {'; '.join(torn)}")
     from .schema import load
-    from .untrusted import DataFileError
+    from ..isolation.untrusted import DataFileError
     try:
         doc = load(path)
     except DataFileError as exc:

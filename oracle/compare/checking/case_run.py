@@ -29,7 +29,7 @@ from .errmodel import Bounded, as_bounded, unit_roundoff
 from .guards import allocate
 from .hazards import case_hazards
 from .lockstep import Lockstep
-from .readback import Snapshot, counter_location, math_params
+from ..targets.readback import Snapshot, counter_location, math_params
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float64": torch.float64}
@@ -52,13 +52,13 @@ class CaseResult:
     checks: dict = field(default_factory=dict)  # name -> CheckResult
     seconds: float = 0.0
     repro: str = ""             # a command reproducing this row, where `python -m oracle.compare` cannot
-    hazards: list = field(default_factory=list)  # representability hazards (oracle.compare.hazards), as dicts
+    hazards: list = field(default_factory=list)  # representability hazards (oracle.compare.checking.hazards), as dicts
 
 
 # --- building --------------------------------------------------------------
 
 def make_params(case: C.Case, seed: int, device: str, guards: list | None = None) -> list:
-    """The case's params; with `guards`, each inside a guarded buffer (oracle.compare.guards) whose
+    """The case's params; with `guards`, each inside a guarded buffer (oracle.compare.checking.guards) whose
     Guard is appended there."""
     dt = TORCH_DTYPES[case.dtype]
     if guards is None:
@@ -124,7 +124,7 @@ def set_grads(params, grads, guards: list | None = None) -> None:
 
 def free_run(target, case: C.Case, seed: int, device: str, hparams: list[dict]) -> list:
     """The target's params (flat float64, per group) after the case's steps from its initial values,
-    with these hyperparameters and no checks (oracle.compare.hazards measures effects with it)."""
+    with these hyperparameters and no checks (oracle.compare.checking.hazards measures effects with it)."""
     params = make_params(case, seed, device)
     opt = target.make([{"params": ps, **hp} for ps, hp in zip(params, hparams)], dict(hparams[0]) if hparams else {})
     for k in range(1, case.steps + 1):

@@ -38,7 +38,7 @@ def text(target) -> str:
     return forms.describe(oracle.SPECS[target.optimizer], target.convention)
 
 
-# What no form may excuse (oracle.compare.infer.UNEXCUSABLE): such a row stays a failure.
+# What no form may excuse (oracle.compare.inference.infer.UNEXCUSABLE): such a row stays a failure.
 UNEXCUSABLE = ("finite", "bounds")
 
 

@@ -5,7 +5,7 @@ Adagrad and DeepSpeedCPUAdam (adamw_mode=True) as the client optimizer.
     python -m oracle.compare --optimizer all --target 'deepspeed.engine.*' --report-dir reports/deepspeed_engine
     python -m oracle.compare --optimizer adamw --target deepspeed.engine.zero0.bf16.adamw --scenario engine_construction
 
-Scenarios (one oracle.compare.run.CaseResult per target x world x variant):
+Scenarios (one oracle.compare.checking.case_run.CaseResult per target x world x variant):
 
 engine_construction  after deepspeed.initialize, before any step: every fp32
     master (the rank's fragment of it under ZeRO 1) equals the initial model
@@ -25,8 +25,8 @@ engine_roundtrip     run N steps with fixed grads, engine.save_checkpoint,
     uninterrupted run's), counters (every optimizer counter and
     engine.global_steps equals the number of real steps taken).
 
-World size 2 runs two real processes (`python -m oracle.compare.scenarios.engine
---worker JOB.pkl`, through oracle.compare.ranks) over gloo on 127.0.0.1; every rank checks its own state
+World size 2 runs two real processes (`python -m oracle.compare.scenarios.deepspeed_engine
+--worker JOB.pkl`, through oracle.compare.isolation.ranks) over gloo on 127.0.0.1; every rank checks its own state
 (tensor names start with "rank r") and pickles {spec: checks} for the parent,
 which merges the ranks into one row. Both ranks see the same grads, so the
 data-parallel average is the grad itself.
@@ -46,10 +46,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import ranks
-from ..bitwise import compare_bits, plain as _plain
-from ..checks import CheckResult, Finding
-from ..run import CaseResult
+from ..isolation import ranks
+from ..checking.bitwise import compare_bits, plain as _plain
+from ..checking.checks import CheckResult, Finding
+from ..checking.case_run import CaseResult
 from . import Scenario
 
 SCENARIOS = ("engine_construction", "engine_roundtrip")
@@ -64,7 +64,7 @@ CLIENT_DOC = {"adamw": "torch.optim.AdamW", "adagrad": "torch.optim.Adagrad",
               "cpu_adamw": "deepspeed.ops.adam.DeepSpeedCPUAdam(adamw_mode=True)"}
 
 # Known defects seen here (seed 002, ZeRO-0 + torch Adagrad, ZeRO-1 + torch Adagrad) are entries of
-# reports/known.toml; a failing row's reason quotes the matching entry (oracle.compare.known.note).
+# reports/known.toml; a failing row's reason quotes the matching entry (oracle.compare.checking.known.note).
 
 
 @dataclass(frozen=True)
@@ -445,7 +445,7 @@ def run_specs(specs, rank: int, workdir: str, n: int = N_STEPS, m: int = M_STEPS
 
 def _known(spec: Spec, check: str) -> str | None:
     """The known-defect text (reports/known.toml) for a failing check of this spec's row, if any."""
-    from ..known import note
+    from ..checking.known import note
     return note(spec.target, check, spec.case)
 
 
@@ -550,7 +550,7 @@ def _spawn(specs, world, work, n, m, seed, timeout) -> list:
     job = os.path.join(work, "job.pkl")
     with open(job, "wb") as fh:
         pickle.dump({"specs": list(specs), "n": n, "m": m, "seed": seed, "out": work}, fh)
-    out, _ = ranks.spawn(ranks.python_module("oracle.compare.scenarios.engine", "--worker", job), world, work, timeout,
+    out, _ = ranks.spawn(ranks.python_module("oracle.compare.scenarios.deepspeed_engine", "--worker", job), world, work, timeout,
                          ranks.rank_env(world, DS_ACCELERATOR="cpu"))
     return out
 
@@ -605,9 +605,9 @@ __all__ = ["SCENARIOS", "Spec", "compare_snapshots", "construction_checks", "mat
 
 
 if __name__ == "__main__":
-    # a rank of a world > 1 run: python -m oracle.compare.scenarios.engine --worker JOB.pkl
-    from ..ranks import rank_started
+    # a rank of a world > 1 run: python -m oracle.compare.scenarios.deepspeed_engine --worker JOB.pkl
+    from ..isolation.ranks import rank_started
     rank_started()  # die with the launcher
     if sys.argv[1:2] != ["--worker"] or len(sys.argv) != 3:
-        sys.exit("usage: python -m oracle.compare.scenarios.engine --worker JOB.pkl (started by the engine scenarios)")
+        sys.exit("usage: python -m oracle.compare.scenarios.deepspeed_engine --worker JOB.pkl (started by the engine scenarios)")
     worker(sys.argv[2])

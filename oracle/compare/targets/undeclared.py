@@ -1,7 +1,7 @@
 """Outside optimizers judged without declarations: pytorch-optimizer's Lamb, Lion and AdamW,
 torch-optimizer's Lamb, lion-pytorch's Lion.
 
-These targets declare no convention: each is fingerprinted first (oracle.compare.infer,
+These targets declare no convention: each is fingerprinted first (oracle.compare.inference.infer,
 Target.infer), exactly as a user's undeclared `--impl` is, and judged by what inference finds;
 the report prints the inferred convention. They are how the suite shows that it judges an outside
 optimizer fairly, and what it finds in a popular collection.
@@ -32,7 +32,7 @@ import functools
 import importlib.util
 
 from .base import Target
-from .extra import _version, make_factory
+from .bitsandbytes_torchao import _version, make_factory
 
 INSTALL = "pip install --no-deps 'pytorch-optimizer>=4.1,<4.2'"
 LIBRARIES = {  # import name -> (distribution, how to install it without touching torch)

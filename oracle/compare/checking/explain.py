@@ -5,7 +5,7 @@ JUnit XML and oracle.testing's AssertionError.
     [3, 1]: expected 0.0123456791, got 0.0123456144, error 54.2 ULP > bound 29.4 ULP (3 of 64 elements
     out of bound); also failing: trajectory [known torch defect (id): summary]
 
-The finding shown is that of the row's most severe failing check (oracle.compare.checks.SEVERITY:
+The finding shown is that of the row's most severe failing check (oracle.compare.checking.checks.SEVERITY:
 memory written outside a tensor, then non-finite output, modified inputs, ..., numerical bounds last),
 and failure listings put the most severe rows first (`most_severe_first`).
 
@@ -84,7 +84,7 @@ def finding_text(f) -> str:
 
 
 def by_severity(items) -> list:
-    """(name, check) pairs, most severe first (oracle.compare.checks.SEVERITY), report order within a rank."""
+    """(name, check) pairs, most severe first (oracle.compare.checking.checks.SEVERITY), report order within a rank."""
     from .checks import severity
     return sorted(items, key=lambda item: severity(item[0]))
 

@@ -16,7 +16,7 @@ import numpy as np
 import oracle
 from oracle.storage import round_to
 
-from .optimizers import record, records
+from ..optimizers import record, records
 
 DTYPES = ("float32", "bfloat16", "float16")
 # The config holding the library's default hyperparameters: run as they are in every dtype (the fp16

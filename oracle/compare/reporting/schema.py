@@ -56,7 +56,7 @@ def load(path: str, what: str = "report") -> dict:
 def read(path: str, what: str = "report") -> dict:
     """The document at `path` as written: a JSON object in one of our schemas (not yet validated)."""
     from .report import SCHEMA
-    from .untrusted import DataFileError, read_json
+    from ..isolation.untrusted import DataFileError, read_json
     doc = read_json(path, REPORT_LIMIT, what)
     if not isinstance(doc, dict):
         raise DataFileError(f"{path}: the {what} is not a report of ours (a JSON object with \"schema\": {SCHEMA!r})")
@@ -68,7 +68,7 @@ def read(path: str, what: str = "report") -> dict:
 
 def checked(doc: dict, path: str, what: str = "report") -> dict:
     """`read`'s document upgraded to the current schema and validated against it."""
-    from .untrusted import DataFileError
+    from ..isolation.untrusted import DataFileError
     if doc["schema"] == V1:
         try:
             doc = upgrade(doc)
@@ -104,7 +104,7 @@ def upgrade(doc: dict) -> dict:
     """A report document in the current schema: /1 documents get their hyperparameter groups (Python
     repr strings) parsed into objects, the failing rows' empty `reason` filled from their findings,
     and the summary recomputed; anything else is returned unchanged."""
-    from .explain import reason
+    from ..checking.explain import reason
     from .report import SCHEMA, _num, summarize
     if doc.get("schema") != V1:
         return doc

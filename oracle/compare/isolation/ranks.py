@@ -9,7 +9,7 @@ compiler), when a rank outlives the deadline, when the parent is
 interrupted, and on the way out in any case; the work folder is removed
 with it. So a timed-out or interrupted run leaves no process and no
 temporary folder behind. A rank also dies with the process that launched it
-(oracle.compare.procs.die_with_parent): when a case worker is killed at its
+(oracle.compare.isolation.processes.die_with_parent): when a case worker is killed at its
 time limit, its ranks go with it, and the parent (the CLI's worker pool)
 removes the worker's temporary folder, which holds the work folders.
 """
@@ -26,9 +26,9 @@ import tempfile
 import time
 from typing import Callable
 
-from .procs import LAUNCHER_ENV, die_with_launcher, die_with_parent
+from .processes import LAUNCHER_ENV, die_with_launcher, die_with_parent
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def free_port() -> int:

@@ -6,10 +6,10 @@ Adam). Its conventions default to the spec's for that optimizer; class
 attributes declare others: ORACLE_CONVENTION, ORACLE_COMPUTE ("float32" or
 "storage"), ORACLE_MASTERS, ORACLE_STATE_DTYPE, ORACLE_DTYPES, ORACLE_DEVICES,
 ORACLE_OPTIONS, ORACLE_SCALING (step() takes inv_scale= and found_inf=), ORACLE_STATE_NAMES
-(state key -> canonical name, else found by value: oracle.compare.statenames) and ORACLE_DEVIATIONS
-(option -> reason: a deviation from the named algorithm meant on purpose, oracle.compare.deviation). A float32
+(state key -> canonical name, else found by value: oracle.compare.checking.statenames) and ORACLE_DEVIATIONS
+(option -> reason: a deviation from the named algorithm meant on purpose, oracle.compare.checking.deviation). A float32
 step counter is part of the convention (counter_format="float32": it stops at 2**24).
-Whatever it does not declare is inferred (oracle.compare.infer) unless --no-infer.
+Whatever it does not declare is inferred (oracle.compare.inference.infer) unless --no-infer.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import sys
 
 import oracle
 
-from ..procs import run_child
+from ..isolation.processes import run_child
 from .base import Target, scaled_step_kwargs
 
 
@@ -45,7 +45,7 @@ def resolve(spec: str):
 # on the last line of stderr, and leave with os._exit (no atexit handler of the module runs).
 _PROBE = r"""
 import importlib, os, sys, traceback
-from oracle.compare.procs import behind_shield, die_with_launcher
+from oracle.compare.isolation.processes import behind_shield, die_with_launcher
 die_with_launcher()
 behind_shield()
 def say(kind, text, code):
@@ -114,7 +114,7 @@ def which_optimizer(spec: str, obj, optimizer: str | None) -> str:
     return name
 
 
-# class attribute -> the inference axis it fixes (oracle.compare.infer)
+# class attribute -> the inference axis it fixes (oracle.compare.inference.infer)
 DECLARED_AXES = {"ORACLE_CONVENTION": "convention", "ORACLE_COMPUTE": "compute", "ORACLE_STATE_DTYPE": "state_dtype",
                  "ORACLE_MASTERS": "masters"}
 
@@ -181,8 +181,8 @@ def load_impl(spec: str, optimizer: str | None = None, convention=None, inferred
     torch's constructor signature, or a factory returning one).
 
     The counter location is detected from state_dict() after the first step
-    (oracle.compare.readback); the remaining conventions are the class's declared
-    ones (ORACLE_*), then those inferred for it in this run (oracle.compare.infer,
+    (oracle.compare.targets.readback); the remaining conventions are the class's declared
+    ones (ORACLE_*), then those inferred for it in this run (oracle.compare.inference.infer,
     passed to worker processes), then the spec's for that optimizer.
     """
     return from_object(resolve(spec), spec, optimizer, convention, inferred)

@@ -33,7 +33,7 @@ import threading
 import stat
 import time
 
-from .untrusted import DataFileError, MiB, is_plain_dir, is_plain_file, open_regular, plain_name, read_json
+from ..isolation.untrusted import DataFileError, MiB, is_plain_dir, is_plain_file, open_regular, plain_name, read_json
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = "optimizer-oracle-manifest/1"
@@ -316,7 +316,7 @@ def verify(folder: str) -> list[str]:
     problems = []
     if os.path.exists(os.path.join(folder, JOURNAL)):
         problems.append(f"{folder}: a report write was interrupted after its commit point; the next run into "
-                        f"the folder completes it (or call oracle.compare.publish.recover)")
+                        f"the folder completes it (or call oracle.compare.reporting.publish.recover)")
     try:
         m = manifest(folder)
     except DataFileError as exc:

@@ -1,6 +1,6 @@
 """`python -m oracle.compare render DIR [DIR ...]`: rebuild report.md and report.html from
 DIR/report.json (upgrading an older schema's document first), published as one unit with its
-manifest (oracle.compare.publish), under the folder's lock. Exit 0, or 2 when a folder holds no
+manifest (oracle.compare.reporting.publish), under the folder's lock. Exit 0, or 2 when a folder holds no
 readable report."""
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     p.add_argument("--wait", action="store_true", help="wait for a run writing into a folder instead of refusing")
     args = p.parse_args(argv)
     from .publish import ReportDirError
-    from .untrusted import DataFileError
+    from ..isolation.untrusted import DataFileError
     code = 0
     for folder in args.folders:
         try:

@@ -7,7 +7,7 @@ above it as they happen); otherwise, or with --verbose, one plain line per resul
 prints none. The outcome: the known-findings verdict, the summary table (not with --quiet), one
 line for the targets skipped as a whole, the counts, then one line per failure (check, tensor,
 index, expected, got, error and bound in ULPs, the known/declared note) with its repro command,
-new failures first, the most severe first within each (oracle.compare.checks.SEVERITY), "... and N
+new failures first, the most severe first within each (oracle.compare.checking.checks.SEVERITY), "... and N
 more (see report)" past the limit (--verbose: no limit).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from .checks import FAILING
+from ..checking.checks import FAILING
 
 FAILURE_LINES = 10  # failure lines printed at the end (all of them with --verbose)
 
@@ -60,7 +60,7 @@ class Progress:
 
     def advance(self, rows, job_label: str, next_label: str = "") -> None:
         """A job finished with these result rows."""
-        from .explain import describe
+        from ..checking.explain import describe
         self.done += 1
         for r in rows:
             self.counts[r.status] += 1
@@ -107,7 +107,7 @@ def known_note(result, verdict) -> str:
 def failure_lines(results, judge, device: str, limit: int | None, report_path: str) -> list[str]:
     """One line per failing row with its repro command: new ones first, then known ones, each the most
     severe first."""
-    from .explain import failure_line, most_severe_first
+    from ..checking.explain import failure_line, most_severe_first
     from .report import repro_command
     bad = most_severe_first(r for r in results if r.status in FAILING)
     new = [r for r in bad if judge.is_new(r)]
@@ -123,7 +123,7 @@ def failure_lines(results, judge, device: str, limit: int | None, report_path: s
 
 
 def counts_line(jobs_done: int, jobs_total: int, doc: dict, seconds: float, report_path: str) -> str:
-    from .summary import counts_text, plural
+    from ..checking.summary import counts_text, plural
     jobs = plural(jobs_total, "job") if jobs_done == jobs_total else f"{jobs_done} of {plural(jobs_total, 'job')}"
     return f"\n{jobs} -> {counts_text(doc['counts'])}; {seconds:.1f} s; report: {report_path}"
 

@@ -2,12 +2,12 @@
 
 Before each step the target's state is read; the oracle runs one step from
 it (with its own counters) on the same grads, on error-carrying arrays
-(oracle.compare.errmodel), and the target's result must lie within the derived
+(oracle.compare.checking.errmodel), and the target's result must lie within the derived
 per-element tolerance. Counters must be equal, exactly. The oracle keeps its
 own counters, so a wrong counter shows both as a counter finding and in the
 values it corrupts (bias correction).
 
-Used by the case matrix (oracle.compare.run) and by every scenario, so both
+Used by the case matrix (oracle.compare.checking.case_run) and by every scenario, so both
 judge the same way: the compute precision is taken per param (groups mixing
 dtypes work), a state entry the oracle has and the target lacks fails the
 `schema` check where the caller keeps one (the values check otherwise), and
@@ -26,7 +26,7 @@ from oracle.storage import round_to
 from .checks import CheckResult, Finding, compare_exact, compare_tensor, tolerance
 from .errmodel import Bounded, as_bounded, unit_roundoff
 from .finite import check_finite, culprit
-from .readback import Snapshot, math_params, read
+from ..targets.readback import Snapshot, math_params, read
 
 
 def counters_only(state: OptState) -> OptState:

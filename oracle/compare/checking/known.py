@@ -53,7 +53,7 @@ class KnownFileError(ValueError):
 
 def default_path() -> Path:
     """reports/known.toml next to the package (the repository's reports/); in a wheel, which has no
-    repository around it, the copy it carries (oracle/compare/known_findings/, see setup.py)."""
+    repository around it, the copy it carries (oracle/compare/checking/known_findings/, see setup.py)."""
     import oracle
     repo = Path(oracle.__file__).resolve().parents[1] / "reports" / "known.toml"
     return repo if repo.exists() else Path(__file__).resolve().with_name("known_findings") / "known.toml"
@@ -224,7 +224,7 @@ def _entry(raw, n: int, source: str) -> Entry:
 
 def load(path) -> list[Entry]:
     """The entries of a known-findings file; KnownFileError (naming the entry) when it is bad."""
-    from .untrusted import DataFileError, read_text
+    from ..isolation.untrusted import DataFileError, read_text
     path = Path(path)
     try:  # a regular file of at most 16 MiB (a FIFO would block, /dev/zero never ends)
         text = read_text(str(path), 16 << 20, "known-findings file")
