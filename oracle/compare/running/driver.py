@@ -60,7 +60,7 @@ def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern:
     """One matrix case (by name) or one scenario ("scenario:NAME"): a CaseResult or a list of them.
     teach: a failing matrix row says which single change of convention would make it pass
     (oracle.compare.inference.infer.teach; a few more runs of the case).
-    A target with `own_process` set runs it in a child forked for this job alone (see procs.in_own_process)."""
+    A target with `own_process` set runs it in a child forked for this job alone (see isolation.processes.in_own_process)."""
     if target.own_process:
         from ..isolation.processes import in_own_process
         _warm(target, device)

@@ -9,6 +9,9 @@ scenario an implementation cannot express returns status "skip" with the
 reason; a part of a scenario it cannot express is named in the check's note
 and in `reason` (status stays pass/fail on what did run). docs/scenarios.md
 says what each scenario checks and which real defect it catches.
+
+Beside the scenario modules: torch_wrappers (torch's distributed wrappers, the
+parameters of `wrapped`), and the workers rank_worker and wrapped_worker.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ that run's final state bit for bit. Results go to <out>/rank<r>.pkl as
 {check: CheckResult}.
 
 Under FSDP2 params, grads and optimizer state are DTensor shards: every
-check reads their full tensors (dist_wrappers.full, a collective, so every
+check reads their full tensors (torch_wrappers.full, a collective, so every
 rank reads the same tensors in the same order).
 """
 from __future__ import annotations

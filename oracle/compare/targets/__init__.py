@@ -2,12 +2,17 @@
 
 base        the Target record and the helpers every library module uses
 torch_optim torch.optim's forloop / foreach / fused paths, from the records
+compiled    torch.compile'd optimizer steps
 fused       our own kernels (fused.OPTIMIZERS)
 deepspeed   DeepSpeed's CPU ops and engine wrappers
-extra       bitsandbytes, torchao
+bitsandbytes_torchao  bitsandbytes' 32-bit optimizers and torchao's _AdamW (cheap CPU third parties)
+undeclared  outside optimizers judged by inferred conventions (pytorch-optimizer, torch-optimizer, lion-pytorch)
 gpu         CUDA-only libraries (apex, TransformerEngine, DeepSpeed CUDA ops)
-user        a user's optimizer (--impl)
+user_impl   a user's optimizer (--impl)
+declare     a target's conventions as one named record, and the class attributes that declare it
 conventions every named convention preset, by library
+readback    an optimizer's state read back in canonical float64 form
+master_weights  a minimal, correct FP32-master mixed-precision wrapper
 
 The registry of every target by name is oracle.compare.registry (above
 these modules and the optimizers' comparison records).
