@@ -274,7 +274,7 @@ def test_ctrl_c_during_the_final_write_finishes_the_report(tmp_path):
     # Ctrl-C arrives just as report.write starts: the report is written whole, then exit 130.
     folder = previous_report(tmp_path / "rep")
     script = ("import os, signal, sys\n"
-              "from oracle.compare import report\n"
+              "from oracle.compare.reporting import report\n"
               "write = report.write\n"
               "def interrupted_write(*a, **k):\n"
               "    os.kill(os.getpid(), signal.SIGINT)\n"

@@ -22,7 +22,7 @@ NEW = {"report.json": '{"run": "new"}\n', "report.md": "# new\n", "report.html":
 # at the k-th file-system operation of the write.
 KILLER = textwrap.dedent("""
     import os, sys
-    from oracle.compare import publish
+    from oracle.compare.reporting import publish
     folder, k, new = sys.argv[1], int(sys.argv[2]), dict(zip(sys.argv[3::2], sys.argv[4::2]))
     calls = [0]
     def hook(fn):
