@@ -140,7 +140,7 @@ def test_the_catalog_is_derived_from_the_specs_and_the_library_modules(monkeypat
     for spec in oracle.SPECS.values():
         assert {n for n, (o, _) in whole.items() if o == spec.name} >= set(spec.presets), spec.name
     libraries = {m.__name__.rsplit(".", 1)[1] for m in conventions.library_modules()}
-    assert libraries == {"deepspeed", "extra", "gpu"}
+    assert libraries == {"deepspeed", "bitsandbytes_torchao", "gpu"}
     assert whole["torch.adagrad"] == whole["bitsandbytes.adagrad"]  # same convention: the spec's name wins
     assert conventions.named("adagrad", whole["torch.adagrad"][1]) == "torch.adagrad"
     bare = replace(oracle.SPECS["sgd"], presets={})
