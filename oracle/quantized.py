@@ -249,8 +249,9 @@ def ambiguous(x, bound, fmt: QuantFormat) -> np.ndarray:
     (float64) and bound its absolute error bound; the block's scale carries the bound of the
     element that sets it. Float32 roundings of the division and of the library's comparison are
     included (two float32 ulps of n)."""
-    x = np.asarray(x, dtype=np.float64).reshape(-1)
-    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), np.shape(x)).reshape(-1)
+    x = np.asarray(x, dtype=np.float64)
+    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape).reshape(-1)
+    x = x.reshape(-1)
     rows, n = _blocks(x, fmt.block)
     brow, _ = _blocks(b, fmt.block)
     s = scales(x, fmt).astype(np.float64)
