@@ -232,7 +232,9 @@ def store(x: Bounded, fmt: Q.QuantFormat) -> Bounded:
     step = np.maximum(np.abs(codes[np.minimum(q + 1, codes.size - 1)] - codes[q]),
                       np.abs(codes[q] - codes[np.maximum(q - 1, 0)])) * s[block]
     amb = Q.ambiguous(v, REORDER_FACTOR * e, fmt).reshape(v.shape)
-    return Bounded(back, np.abs(codes[q]) * bs + np.where(amb, step, 0.0), x.u)
+    with np.errstate(invalid="ignore"):  # code 0 reads back as 0 whatever the scale (inf bound included)
+        scale_part = np.where(codes[q] == 0, 0.0, np.abs(codes[q]) * bs)
+    return Bounded(back, scale_part + np.where(amb, step, 0.0), x.u)
 
 
 __all__ = ["PREFIX", "QuantEntry", "QuantRead", "bnb_entry", "compare_quantized", "format_of", "is_quantized",
