@@ -25,8 +25,11 @@ Formats, as read from the pinned sources:
 - `torchao.dynamic8` / `torchao.dynamic8u` (torchao 0.18, optim/quant_utils.py, subclass_8bit.py):
   the same maps (built the same way, no padding); s_b = max(absmax, 1e-12); the code found by
   binary search then rounded up when n - code[k] >= (code[k+1] - code[k]) * 0.5 (ties up); block
-  256. `torchao.dynamic4` / `dynamic4u`: the 16-code maps create_dynamic_map(signed, 3, 4), block
-  128, two codes per byte (subclass_4bit.py). A tensor is quantized only when it has >= 4096
+  256. `torchao.dynamic4`: the 16-code signed map create_dynamic_map(True, 3, 4), block 128, two
+  codes per byte (subclass_4bit.py); `torchao.linear4u` (its unsigned 4-bit map, for the second
+  moment): linspace(0, 1, 17)[1:], sixteen evenly spaced codes without 0 (the smallest is 1/16, so
+  a zero second moment reads back as absmax/16; Li et al. 2023, "Memory Efficient Optimizers with
+  4-bit States", arXiv:2309.01507, the zero-point problem). A tensor is quantized only when it has >= 4096
   elements and its size is a multiple of the block (optim/adam.py `_new_buffer`).
 - `torchao.fp8` (subclass_fp8.py): s_b = max(absmax, 1e-12) / 448 and the stored value n as
   float8_e4m3fn (round to nearest even, 3 fraction bits, normal exponents -6..8, max 448); block 256.
@@ -110,6 +113,7 @@ class QuantFormat:
     min_numel:  tensors with fewer elements keep float32 state
     whole_blocks: a tensor is quantized only when its size is a multiple of the block
     bits:       bits per code (4: two codes per byte)
+    zero:       whether 0 is a code
     """
 
     name: str
@@ -121,6 +125,7 @@ class QuantFormat:
     whole_blocks: bool = False
     bits: int = 8
     signed: bool = True
+    zero: bool = True
     source: str = ""
 
     @property
@@ -146,8 +151,8 @@ FORMATS = {f.name: f for f in (
          source="torchao 0.18 subclass_8bit"),
     _fmt("torchao.dynamic4", dynamic_map(True, 3, 4), 128, "absmax_floor", "up", whole_blocks=True, bits=4,
          source="torchao 0.18 subclass_4bit"),
-    _fmt("torchao.dynamic4u", dynamic_map(False, 3, 4), 128, "absmax_floor", "up", whole_blocks=True, bits=4,
-         signed=False, source="torchao 0.18 subclass_4bit"),
+    _fmt("torchao.linear4u", linspace_f32(0.0, 1.0, 17)[1:], 128, "absmax_floor", "up", whole_blocks=True, bits=4,
+         signed=False, zero=False, source="torchao 0.18 subclass_4bit"),
     _fmt("torchao.fp8", e4m3_values(), 256, "absmax_floor_e4m3", "even", whole_blocks=True,
          source="torchao 0.18 subclass_fp8"),
 )}
@@ -274,7 +279,8 @@ def ambiguous(x, bound, fmt: QuantFormat) -> np.ndarray:
 
 def code_book_problems(values, fmt: QuantFormat) -> list[str]:
     """What is wrong with a code book a target uses, against the format's: sorted, the documented
-    size, covering the documented range, 0 present exactly, equal to the format's codes."""
+    size, covering the documented range, 0 a code exactly where the format has it, equal to the
+    format's codes."""
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     want = fmt.codes.astype(np.float64)
     out = []
@@ -282,8 +288,8 @@ def code_book_problems(values, fmt: QuantFormat) -> list[str]:
         out.append(f"{v.size} codes, the format has {want.size}")
     if np.any(np.diff(v) < 0):
         out.append("codes not sorted")
-    if not np.any(v == 0.0):
-        out.append("0 is not a code")
+    if np.any(v == 0.0) != fmt.zero:
+        out.append("0 is not a code" if fmt.zero else "0 is a code, the format has none")
     if v.size and (v.max() != want.max() or v.min() != want.min()):
         out.append(f"range [{v.min():.6g}, {v.max():.6g}], the format's is [{want.min():.6g}, {want.max():.6g}]")
     if v.size == want.size and not np.array_equal(v, want):

@@ -37,6 +37,13 @@ def test_dynamic_maps_are_the_libraries(signed, bits):
         assert np.array_equal(ours, functional.create_dynamic_map(signed=signed).numpy())
 
 
+def test_torchaos_unsigned_4bit_map_is_linear_without_zero():
+    subclass_4bit = pytest.importorskip("torchao.optim.subclass_4bit")
+    fmt = Q.FORMATS["torchao.linear4u"]
+    assert np.array_equal(fmt.codes, np.array(subclass_4bit.get_qmap_unsigned(), dtype=F32))
+    assert fmt.codes.min() == 1 / 16 and not fmt.zero
+
+
 def test_e4m3_values_are_torchs():
     every = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()
     assert np.array_equal(Q.e4m3_values(), np.unique(every[np.isfinite(every)]))
@@ -57,7 +64,7 @@ def test_quantize_is_torchaos_bit_for_bit(name):
         back = (codes.float().view(-1, fmt.block) * scale.view(-1, 1)).view(-1).numpy()
     else:
         quant_utils = pytest.importorskip("torchao.optim.quant_utils")
-        qmap = torch.from_numpy(fmt.codes.copy())
+        qmap = torch.from_numpy(fmt.codes.copy())  # the format's own map (linear4u's too)
         scaled, scale = quant_utils.scale_tensor(t, fmt.block)
         quantizer = quant_utils.quantize_8bit_with_qmap if fmt.bits == 8 else quant_utils.quantize_4bit_with_qmap
         codes = quantizer(scaled, qmap)

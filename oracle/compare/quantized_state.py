@@ -105,17 +105,16 @@ def torchao_entry(name: str, fmt: str) -> QuantEntry:
         if t is None or not hasattr(t, "codes") or not hasattr(t, "scale"):
             return None
         f = Q.FORMATS[fmt]
-        raw = _host(t.codes)
         if fmt == "torchao.fp8":
             values = _host(t.codes.float()).reshape(-1)
             codes = np.searchsorted(f.codes, values.astype(np.float32))
             book = None
         elif f.bits == 4:
-            packed = raw.reshape(-1).astype(np.int64)
+            packed = _host(t.codes).reshape(-1).astype(np.int64)
             codes = np.stack([packed >> 4, packed & 0xF], axis=1).reshape(-1)
             book = _host(t.qmap).astype(np.float32)
         else:
-            codes, book = raw.reshape(-1).astype(np.int64), _host(t.qmap).astype(np.float32)
+            codes, book = _host(t.codes).reshape(-1).astype(np.int64), _host(t.qmap).astype(np.float32)
         return QuantRead(fmt, codes.reshape(tuple(t.shape)), _host(t.scale).astype(np.float32), book, (name,))
     return QuantEntry(name, fmt, read)
 

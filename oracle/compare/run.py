@@ -10,7 +10,6 @@ target stores after every step, with error bounds propagated step to step.
 """
 from __future__ import annotations
 
-import copy
 import io
 import traceback
 from dataclasses import dataclass, field
@@ -266,7 +265,7 @@ def reload(target, case, seed, device, opt, params):
     ckpt = torch.load(buf, weights_only=True, map_location=device)
     fresh = [[p.clone().requires_grad_() for p in g] for g in ckpt["params"]]
     new = build(target, case, fresh)
-    new.load_state_dict(copy.deepcopy(ckpt["opt"]))
+    new.load_state_dict(ckpt["opt"])  # torch.load made it: nothing else holds these tensors
     return new, fresh
 
 

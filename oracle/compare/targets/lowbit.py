@@ -20,7 +20,8 @@ bitsandbytes 0.50.2, Adam8bit / AdamW8bit / Lion8bit (optim_bits=8, block_wise=T
 torchao 0.18.0, optim.AdamW8bit / AdamW4bit / AdamWFp8 (optim/adam.py)
   state     `_new_buffer`: a param with >= 4096 elements and a whole number of blocks keeps
             exp_avg / exp_avg_sq as OptimState8bit (signed / unsigned dynamic map, block 256),
-            OptimState4bit (the 16-code maps, block 128, two codes a byte) or OptimStateFp8
+            OptimState4bit (block 128, two codes a byte: exp_avg the 16-code
+            signed dynamic map, exp_avg_sq sixteen linear codes 1/16..1 without 0) or OptimStateFp8
             (float8_e4m3fn, block 256, scale absmax/448); otherwise zeros_like(p).
   update    single_param_adam under torch.compile, the float32 moments written back through the
             subclass's copy_ (quantize); the param update uses the float32 moments before
@@ -92,7 +93,7 @@ def lowbit_targets() -> list[Target]:
         _bnb("bnb.lion8bit", "lion", "Lion8bit", BNB_LION, {"lr", "betas", "weight_decay"}, olion.DEFAULTS,
              BNB_LION_STATE),
         _torchao("torchao.adamw8bit", "AdamW8bit", "torchao.dynamic8", "torchao.dynamic8u", oadam.DEFAULTS),
-        _torchao("torchao.adamw4bit", "AdamW4bit", "torchao.dynamic4", "torchao.dynamic4u", oadam.DEFAULTS),
+        _torchao("torchao.adamw4bit", "AdamW4bit", "torchao.dynamic4", "torchao.linear4u", oadam.DEFAULTS),
         _torchao("torchao.adamwfp8", "AdamWFp8", "torchao.fp8", "torchao.fp8", oadam.DEFAULTS),
     ]
 
