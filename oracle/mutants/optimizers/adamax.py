@@ -61,7 +61,7 @@ class TorchAdamax(_Base):
 class MXNet18532AdamaxNoEps(Mutant, TorchAdamax):
     PROVENANCE = "apache/mxnet PR #18532 ('add epsilon to adamax': its Adamax divided by u with no epsilon)"
     DESCRIPTION = "no eps anywhere: u = max(b2*u, |g|), so an element whose grads are all zero divides 0 by 0"
-    EXPECT = ("finite", "param", 1, "zero_grads")
+    EXPECT = ("lockstep", "exp_inf", 1, "")
 
     def _infinity_norm(self, u, g, group):
         return torch.maximum(u.mul_(group["betas"][1]), g.abs())

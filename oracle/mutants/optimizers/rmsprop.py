@@ -72,7 +72,7 @@ class TorchRMSprop(_Base):
 class Fastbook342SquareAvgUndampened(Mutant, TorchRMSprop):
     PROVENANCE = "fastai/fastbook PR #342 (16_accel_sgd: average_sqr_grad missed the (1 - sqr_mom) term)"
     DESCRIPTION = "square average accumulated as alpha*v + g^2, without the (1 - alpha) weight on the new g^2"
-    EXPECT = ("lockstep", "square_avg", 1, "")
+    EXPECT = ("lockstep", "param", 1, "")
 
     def _square_avg(self, st, g, group):
         return st["square_avg"].float().mul_(group["alpha"]).addcmul_(g, g)
