@@ -31,8 +31,8 @@ MAX_COUNTER = 2 ** 53
 # every later step, bias corrections included, uses the saturated t.
 COUNTER_FORMATS = {"exact": None, "float32": 24, "bfloat16": 8}
 # State entries that are one number per param rather than one per element
-# (torch NAdam's running product of its momentum coefficients).
-SCALAR_STATE = ("mu_product",)
+# (torch NAdam's running product of its momentum coefficients; ASGD's step size and averaging weight).
+SCALAR_STATE = ("mu_product", "eta", "mu")
 
 
 @dataclass
@@ -96,6 +96,17 @@ def add_l2(g, p, wd, zero_decay: str = "skip"):
 def decay_decoupled(p, lr, wd):
     """Decoupled decay applied to the param itself, p * (1 - lr*wd) (Loshchilov & Hutter 2019)."""
     return p * (1.0 - lr * wd)
+
+
+def ema(old, new, rate):
+    """An exponential moving average, rate*old + (1-rate)*new (a first moment; RMSprop's grad_avg)."""
+    return rate * old + (1.0 - rate) * new
+
+
+def ema_square(old, g, rate):
+    """The moving average of squares, rate*old + (1-rate)*g^2 (a second moment: RMSprop's square_avg,
+    Adadelta's square_avg and acc_delta)."""
+    return rate * old + (1.0 - rate) * g * g
 
 
 def bias_corrections(beta1: float, beta2: float, t: int, enabled: bool) -> tuple[float, float]:

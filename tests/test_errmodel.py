@@ -162,3 +162,19 @@ def test_fp32_optax_nadam_with_eps_root_lies_within_the_derived_bound(t):
     err = np.abs(got - bound.v)
     assert np.all(err <= bound.e), float(np.max(err / bound.e))
     assert np.median(bound.e / np.abs(bound.v - p)) < 1e-3  # not vacuous
+
+
+def test_absolute_keeps_the_error_and_a_max_of_it_covers_float32():
+    """|x| is exact, so it carries x's error unchanged (Adamax's max(b2*u, |g| + eps)): a float32
+    evaluation of max(b2*u, |g| + eps) lies within the bound derived through np.abs and np.maximum."""
+    rng = np.random.default_rng(3)
+    # inputs a float32 kernel holds exactly
+    g = rng.standard_normal(64).astype(np.float32).astype(np.float64)
+    u = np.abs(rng.standard_normal(64)).astype(np.float32).astype(np.float64)
+    x = Bounded(g, None, U) * 1.5
+    assert np.array_equal(np.abs(x).v, np.abs(x.v)) and np.array_equal(np.abs(x).e, x.e)
+    bound = np.maximum(Bounded(u, None, U) * 0.999, np.abs(Bounded(g, None, U)) + 1e-3)
+    f = np.float32
+    got = np.maximum(u.astype(f) * f(0.999), np.abs(g.astype(f)) + f(1e-3)).astype(np.float64)
+    assert np.all(np.abs(got - bound.v) <= bound.e)
+    assert np.all(bound.e > 0)

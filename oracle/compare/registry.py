@@ -28,10 +28,11 @@ def every_target() -> list[Target]:
     from .targets.deepspeed import deepspeed_targets
     from .targets.bitsandbytes_torchao import extra_targets
     from .targets.gpu import gpu_targets
+    from .targets.lowbit import lowbit_targets
     from .targets.undeclared import outside_targets
     own = [t for rec in records().values() if rec.extra_targets for t in rec.extra_targets()]
-    return (builtin_targets() + compiled_targets(records()) + deepspeed_targets() + extra_targets() + gpu_targets()
-            + outside_targets() + own)
+    return (builtin_targets() + compiled_targets(records()) + deepspeed_targets() + extra_targets() + lowbit_targets()
+            + gpu_targets() + outside_targets() + own)
 
 
 def find(name: str, optimizer: str | None = None) -> Target:

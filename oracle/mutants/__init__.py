@@ -7,7 +7,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .base import CONTROLS
+from .base import CONTROLS as _FIRST_CONTROLS
+
+
+def controls() -> list:
+    """Every correct base: base.py's and each optimizer module's (oracle.mutants.optimizers)."""
+    from .optimizers import collected
+    return [*_FIRST_CONTROLS, *collected("CONTROLS")]
+
+
+def mutants() -> list:
+    """Every hand-written mutant: catalog.py's and each optimizer module's."""
+    from .catalog import MUTANTS
+    from .optimizers import collected
+    return [*MUTANTS, *collected("MUTANTS")]
 
 
 def scaled_step(opt, inv_scale, found_inf):
@@ -25,4 +38,4 @@ def target_for(cls):
                    scaling=scaled_step if getattr(cls, "ORACLE_SCALING", False) else None)
 
 
-__all__ = ["CONTROLS", "scaled_step", "target_for"]
+__all__ = ["controls", "mutants", "scaled_step", "target_for"]

@@ -20,7 +20,7 @@ from . import base as B
 INT32_MAX = 2**31 - 1
 
 
-class _Mutant:
+class Mutant:
     PROVENANCE = ""
     DESCRIPTION = ""
     EXPECT = ("", "")
@@ -45,7 +45,7 @@ def _zero_grad_step(opt, **overrides):
 
 # --- counters ------------------------------------------------------------
 
-class TE1986EmptyGroupCounter(_Mutant, B.GroupAdamW):
+class TE1986EmptyGroupCounter(Mutant, B.GroupAdamW):
     PROVENANCE = "TransformerEngine #1986 (fixed by PR #3318)"
     DESCRIPTION = "per-group counter not advanced for an empty group (skipped before the counter update)"
     EXPECT = ('counters', 'group 1 step', 1, 'empty_group')
@@ -56,7 +56,7 @@ class TE1986EmptyGroupCounter(_Mutant, B.GroupAdamW):
         return super()._advance(group, params)
 
 
-class TE1986CapturableEmptyGroup(_Mutant, B.GroupAdamWCapturable):
+class TE1986CapturableEmptyGroup(Mutant, B.GroupAdamWCapturable):
     PROVENANCE = "TransformerEngine #1986 (PR #3318, capturable=True)"
     DESCRIPTION = "tensor-valued (capturable) per-group counter never created for an empty group"
     EXPECT = ('counters', 'group 1 step', 1, 'empty_group')
@@ -67,7 +67,7 @@ class TE1986CapturableEmptyGroup(_Mutant, B.GroupAdamWCapturable):
         return super()._advance(group, params)
 
 
-class Apex1615GroupCounterAsParam(_Mutant, B.TorchAdamW):
+class Apex1615GroupCounterAsParam(Mutant, B.TorchAdamW):
     PROVENANCE = "apex PR #1615 (FusedAdam as a drop-in AdamW)"
     DESCRIPTION = ("one per-group counter where per-param counters are expected: a param first updated at "
                    "step k gets bias correction for step k")
@@ -80,7 +80,7 @@ class Apex1615GroupCounterAsParam(_Mutant, B.TorchAdamW):
         return [group["_t"]] * len(params)
 
 
-class DS8471LastParamCounter(_Mutant, B.TorchAdamW):
+class DS8471LastParamCounter(Mutant, B.TorchAdamW):
     PROVENANCE = "DeepSpeed PR #8471 (FusedAdam bias correction per parameter)"
     DESCRIPTION = "only the last param with a grad advances its counter, and that count is used for the whole group"
     EXPECT = ('counters', 'group 0 param 0 step', 1, '')
@@ -93,7 +93,7 @@ class DS8471LastParamCounter(_Mutant, B.TorchAdamW):
         return [int(st["step"].item())] * len(params)
 
 
-class DS7819RunningBetaProduct(_Mutant, B.GroupAdamW):
+class DS7819RunningBetaProduct(Mutant, B.GroupAdamW):
     PROVENANCE = "DeepSpeed #7819"
     DESCRIPTION = "non-idempotent counter update: bias corrections from a running float32 product of beta^t"
     EXPECT = ('lockstep', 'group 0 param 0 param', 2, '')
@@ -109,7 +109,7 @@ class DS7819RunningBetaProduct(_Mutant, B.GroupAdamW):
         return 1 - p1, 1 - p2
 
 
-class DS562CounterOutsideState(_Mutant, B.TorchAdamW):
+class DS562CounterOutsideState(Mutant, B.TorchAdamW):
     PROVENANCE = "DeepSpeed #562 ('Optimizer lost track of step count')"
     DESCRIPTION = "per-param counter kept in an attribute outside the state dict: lost on reload"
     EXPECT = ('counters', 'group 0 param 0 step', 1, '')
@@ -129,7 +129,7 @@ class DS562CounterOutsideState(_Mutant, B.TorchAdamW):
         return [self._steps[p] for p in params]
 
 
-class ZenFlow8496Bf16Counter(_Mutant, B.TorchAdamW):
+class ZenFlow8496Bf16Counter(Mutant, B.TorchAdamW):
     PROVENANCE = "DeepSpeed PR #8496 (ZenFlow Adam counters)"
     DESCRIPTION = ("step counter stored in the param dtype: stops advancing at 256 in bf16, 2048 in fp16, "
                    "2**24 in fp32")
@@ -144,7 +144,7 @@ class ZenFlow8496Bf16Counter(_Mutant, B.TorchAdamW):
 
 # --- constructors that step ---------------------------------------------
 
-class DS5104CtorStep(_Mutant, B.GroupAdamW):
+class DS5104CtorStep(Mutant, B.GroupAdamW):
     PROVENANCE = "DeepSpeed PR #5104 / #5151 (ZeRO 1/2/3 step on initialization)"
     DESCRIPTION = "FusedAdam wrapper constructor calls step() with zero grads: group counters start at 1"
     EXPECT = ('counters', 'group 0 step', 1, '')
@@ -154,7 +154,7 @@ class DS5104CtorStep(_Mutant, B.GroupAdamW):
         _zero_grad_step(self)
 
 
-class Megatron5974CtorStepLr0(_Mutant, B.TorchAdam):
+class Megatron5974CtorStepLr0(Mutant, B.TorchAdam):
     PROVENANCE = "Megatron-LM #5974 (fixed by PR #5976)"
     DESCRIPTION = ("state-materializing zero-grad step with lr = 0: params stay put but counters advance, "
                    "and with L2 decay wd*p enters the moments")
@@ -165,7 +165,7 @@ class Megatron5974CtorStepLr0(_Mutant, B.TorchAdam):
         _zero_grad_step(self, lr=0.0)
 
 
-class DS8910AdagradSumNotPromoted(_Mutant, B.Adagrad):
+class DS8910AdagradSumNotPromoted(Mutant, B.Adagrad):
     PROVENANCE = "DeepSpeed #8910 (review follow-up: eager Adagrad state on the FP32 masters)"
     DESCRIPTION = "torch Adagrad's eagerly created `sum` left in the bf16/fp16 param dtype under FP32 masters"
     EXPECT = ('schema', 'sum', None, 'bf16')
@@ -181,7 +181,7 @@ class DS8910AdagradSumNotPromoted(_Mutant, B.Adagrad):
 
 # --- checkpoints ---------------------------------------------------------
 
-class Fairscale50MomentsCastOnLoad(_Mutant, B.GroupAdamW):
+class Fairscale50MomentsCastOnLoad(Mutant, B.GroupAdamW):
     PROVENANCE = "fairscale #50 / torch Optimizer.load_state_dict's cast"
     DESCRIPTION = "FP32 moments and masters cast to the param dtype on load (torch's default load policy)"
     EXPECT = ('roundtrip', 'exp_avg', 20, 'bf16')
@@ -190,7 +190,7 @@ class Fairscale50MomentsCastOnLoad(_Mutant, B.GroupAdamW):
         torch.optim.Optimizer.load_state_dict(self, state_dict)
 
 
-class Torch74424StepCastOnLoad(_Mutant, B.TorchAdamW):
+class Torch74424StepCastOnLoad(Mutant, B.TorchAdamW):
     PROVENANCE = "PyTorch #74424 (fixed by PR #75214)"
     DESCRIPTION = "load_state_dict casts state['step'] with the other state tensors to the param's dtype"
     EXPECT = ('roundtrip', 'step', 20, '')
@@ -199,7 +199,7 @@ class Torch74424StepCastOnLoad(_Mutant, B.TorchAdamW):
         return value.to(device=p.device, dtype=p.dtype)
 
 
-class Torch173901StepDtypeOnLoad(_Mutant, B.TorchAdamW):
+class Torch173901StepDtypeOnLoad(Mutant, B.TorchAdamW):
     PROVENANCE = "PyTorch PR #173901"
     DESCRIPTION = "load_state_dict forces a user's float64 step tensor to float32"
     EXPECT = ('roundtrip', 'step', 20, '')
@@ -208,7 +208,7 @@ class Torch173901StepDtypeOnLoad(_Mutant, B.TorchAdamW):
         return value.to(device=p.device, dtype=torch.float32 if key == "step" else value.dtype)
 
 
-class Torch103256CapturableStepDevice(_Mutant, B.TorchAdamW):
+class Torch103256CapturableStepDevice(Mutant, B.TorchAdamW):
     PROVENANCE = "PyTorch #103256"
     DESCRIPTION = "capturable step tensor left on the CPU after load_state_dict of a map_location='cpu' checkpoint"
     EXPECT = ('checkpoint.roundtrip', 'step', None, '')
@@ -225,7 +225,7 @@ class Torch103256CapturableStepDevice(_Mutant, B.TorchAdamW):
         return value if key == "step" else value.to(device=p.device)
 
 
-class Torch78807AmsgradMaxNotPersisted(_Mutant, B.TorchAdamW):
+class Torch78807AmsgradMaxNotPersisted(Mutant, B.TorchAdamW):
     PROVENANCE = "PyTorch #78807 (multi-tensor Adam amsgrad)"
     DESCRIPTION = "amsgrad's running max computed each step but not written back to state"
     EXPECT = ('lockstep', 'max_exp_avg_sq', 1, 'amsgrad')
@@ -236,7 +236,7 @@ class Torch78807AmsgradMaxNotPersisted(_Mutant, B.TorchAdamW):
 
 # --- grad scaling --------------------------------------------------------
 
-class Torch95847FoundInfNeedsScale(_Mutant, B.GroupAdamW):
+class Torch95847FoundInfNeedsScale(Mutant, B.GroupAdamW):
     PROVENANCE = "PyTorch PR #95847 (fixes #95781)"
     DESCRIPTION = "found_inf honoured only when a grad scale is given: a step with inf grads and no scale updates"
     EXPECT = ('grad_scaling.found_inf', 'group 0 param 0', 6, '')
@@ -245,7 +245,7 @@ class Torch95847FoundInfNeedsScale(_Mutant, B.GroupAdamW):
         return bool(found_inf) and inv_scale != 1.0
 
 
-class Torch94060DoubleUnscale(_Mutant, B.GroupAdamW):
+class Torch94060DoubleUnscale(Mutant, B.GroupAdamW):
     PROVENANCE = "PyTorch #94060"
     DESCRIPTION = "grads unscaled twice (by the scaler and again in the kernel)"
     EXPECT = ('grad_scaling.scaled_step', 'group 0 param 0 param', 2, '')
@@ -256,7 +256,7 @@ class Torch94060DoubleUnscale(_Mutant, B.GroupAdamW):
 
 # --- the per-element math ------------------------------------------------
 
-class Torch126514LrInDenominator(_Mutant, B.TorchAdamW):
+class Torch126514LrInDenominator(Mutant, B.TorchAdamW):
     PROVENANCE = "PyTorch #126514 / #97004 (capturable Adam)"
     DESCRIPTION = "capturable form folds -lr/bc1 into the denominator: NaN at lr = 0 where v = 0, overflow at tiny lr"
     EXPECT = ('lockstep', 'group 0 param 0 param', 1, 'lr0_zero_grads')
@@ -269,14 +269,14 @@ class Torch126514LrInDenominator(_Mutant, B.TorchAdamW):
         pf.addcdiv_(m, denom)
 
 
-class FlagGems4988DecaySwapped(_Mutant, B.TorchAdamW):
+class FlagGems4988DecaySwapped(Mutant, B.TorchAdamW):
     PROVENANCE = "FlagGems #4988"
     DESCRIPTION = "L2 and decoupled decay swapped: AdamW adds wd*p to the grad"
     EXPECT = ('lockstep', 'exp_avg', 1, '')
     DECOUPLED = False
 
 
-class BNB2010DecayAfterUpdate(_Mutant, B.TorchAdamW):
+class BNB2010DecayAfterUpdate(Mutant, B.TorchAdamW):
     PROVENANCE = "bitsandbytes #2010 (PR #2040)"
     DESCRIPTION = "decoupled decay applied after the Adam update instead of before: p = (p - lr*u)(1 - lr*wd)"
     EXPECT = ('lockstep', 'group 0 param 0 param', 1, '')
@@ -288,7 +288,7 @@ class BNB2010DecayAfterUpdate(_Mutant, B.TorchAdamW):
         pf.mul_(1 - group["lr"] * group["weight_decay"])
 
 
-class Apex1728Bf16NoMaster(_Mutant, B.GroupAdamW):
+class Apex1728Bf16NoMaster(Mutant, B.GroupAdamW):
     PROVENANCE = "apex #1728"
     DESCRIPTION = ("master weights silently unused for bf16 params: the math runs on the bf16 param, "
                    "updates below bf16 resolution are lost")
@@ -298,7 +298,7 @@ class Apex1728Bf16NoMaster(_Mutant, B.GroupAdamW):
         return p.float() if p.dtype == torch.bfloat16 else super()._master(p, st)
 
 
-class BNB1185ContiguousGrads(_Mutant, B.TorchAdamW):
+class BNB1185ContiguousGrads(Mutant, B.TorchAdamW):
     PROVENANCE = "bitsandbytes #1185"
     DESCRIPTION = "kernel assumes contiguous grads: reads a strided grad's storage in memory order"
     EXPECT = ('irregular.noncontiguous', '[noncontiguous] group 0 param 0', 1, '')
@@ -310,7 +310,7 @@ class BNB1185ContiguousGrads(_Mutant, B.TorchAdamW):
         return g * inv_scale if inv_scale != 1.0 else g
 
 
-class Optax1754StorageEpsUnderflow(_Mutant, B.TorchAdamW):
+class Optax1754StorageEpsUnderflow(Mutant, B.TorchAdamW):
     PROVENANCE = "optax #1754 (torch: pytorch #147437)"
     DESCRIPTION = ("every op in the param dtype, declared honestly (compute = storage): eps = 1e-8 rounds to 0 "
                    "in float16, so a zero grad divides 0 by 0")
@@ -338,7 +338,7 @@ class Optax1754StorageEpsUnderflow(_Mutant, B.TorchAdamW):
 
 # --- the multi-tensor launcher -------------------------------------------
 
-class TE3207ZeroNumelLast(_Mutant, B.GroupAdamW):
+class TE3207ZeroNumelLast(Mutant, B.GroupAdamW):
     PROVENANCE = "TransformerEngine #3207"
     DESCRIPTION = "a zero-numel tensor last in the list: the pending launch is dropped with the preceding tensors"
     EXPECT = ('irregular.zero_numel', '[zero_numel] group 0 param 1', 1, '')
@@ -355,7 +355,7 @@ class TE3207ZeroNumelLast(_Mutant, B.GroupAdamW):
                 batch = []
 
 
-class StridedOnePastEnd(_Mutant, B.TorchAdamW):
+class StridedOnePastEnd(Mutant, B.TorchAdamW):
     PROVENANCE = "torch 2.13 CPU fused kernels (reports/known.toml torch-fused-cpu-strided-writes-outside-view)"
     DESCRIPTION = ("the kernel walks numel elements at the view's stride from its start, one too many: "
                    "it writes one element past a strided view")
@@ -369,7 +369,7 @@ class StridedOnePastEnd(_Mutant, B.TorchAdamW):
                 torch.as_strided(p, (p.numel() + 1,), (p.stride(0),))[-1] = pf[-1]
 
 
-class DS7640Int32Sizes(_Mutant, B.GroupAdamW):
+class DS7640Int32Sizes(Mutant, B.GroupAdamW):
     PROVENANCE = "DeepSpeed #7640"
     DESCRIPTION = "tensor sizes narrowed to 32 bits in the launcher: elements past 2**31 are never updated"
     EXPECT = ('gpu_large_tensor', 'tail', 1, '')
@@ -388,7 +388,7 @@ class DS7640Int32Sizes(_Mutant, B.GroupAdamW):
 
 # --- LAMB ----------------------------------------------------------------
 
-class Apex819LambGroupClip(_Mutant, B.GroupLamb):
+class Apex819LambGroupClip(Mutant, B.GroupLamb):
     PROVENANCE = "apex PR #819"
     DESCRIPTION = "LAMB clips each group by its own grad norm instead of the global norm"
     EXPECT = ('lockstep', 'param', 1, 'clip/empty_group')
@@ -404,7 +404,7 @@ class Apex819LambGroupClip(_Mutant, B.GroupLamb):
         return out
 
 
-class PytorchLamb6ZeroTrust(_Mutant, B.GroupLamb):
+class PytorchLamb6ZeroTrust(Mutant, B.GroupLamb):
     PROVENANCE = "cybertronai/pytorch-lamb PR #6"
     DESCRIPTION = "trust ratio ||p||/||u|| taken as 0 when ||p|| = 0: zero-initialized layers never move"
     EXPECT = ('lockstep', 'group 0 param 0 param', 1, 'small_params')
@@ -415,7 +415,7 @@ class PytorchLamb6ZeroTrust(_Mutant, B.GroupLamb):
         return pn / un if un != 0 else 1.0
 
 
-class DS490LambFlatNorm(_Mutant, B.GroupLamb):
+class DS490LambFlatNorm(Mutant, B.GroupLamb):
     PROVENANCE = "DeepSpeed #490"
     DESCRIPTION = "LAMB norms taken over the group's flattened buffer instead of per tensor"
     EXPECT = ('lockstep', 'param', 1, '')
@@ -430,7 +430,7 @@ class DS490LambFlatNorm(_Mutant, B.GroupLamb):
 
 # --- SGD -----------------------------------------------------------------
 
-class MLX440ZeroBufferDampened(_Mutant, B.TorchSGD):
+class MLX440ZeroBufferDampened(Mutant, B.TorchSGD):
     PROVENANCE = "ml-explore/mlx #440 (fixed by PR #473)"
     DESCRIPTION = ("momentum buffer started at zeros and updated as mu*buf + (1-dampening)*g from the first "
                    "step: the first buffer is (1-dampening)*g where torch copies g")
@@ -440,7 +440,7 @@ class MLX440ZeroBufferDampened(_Mutant, B.TorchSGD):
         return [False] * len(params)
 
 
-class MLX440DecayOnlyWithMomentum(_Mutant, B.TorchSGD):
+class MLX440DecayOnlyWithMomentum(Mutant, B.TorchSGD):
     PROVENANCE = "ml-explore/mlx #440 (fixed by PR #473)"
     DESCRIPTION = "weight decay applied inside the momentum branch only: with momentum = 0 it has no effect"
     EXPECT = ("lockstep", "param", 1, "plain")
@@ -449,7 +449,7 @@ class MLX440DecayOnlyWithMomentum(_Mutant, B.TorchSGD):
         return super()._decay(pf, g, group) if group["momentum"] != 0 else g
 
 
-class ApexFusedSGDFirstRunLastParam(_Mutant, B.TorchSGD):
+class ApexFusedSGDFirstRunLastParam(Mutant, B.TorchSGD):
     PROVENANCE = ("apex FusedSGD.get_momentums, apex/optimizers/fused_sgd.py at 00dbe4b (as read; no issue "
                   "found): first_run is the last param's")
     DESCRIPTION = ("one first_run flag per launch, set by the last param of the list: a param whose first grad "
@@ -461,7 +461,7 @@ class ApexFusedSGDFirstRunLastParam(_Mutant, B.TorchSGD):
         return [first_run] * len(params)
 
 
-class Paddle12231NesterovSign(_Mutant, B.TorchSGD):
+class Paddle12231NesterovSign(Mutant, B.TorchSGD):
     PROVENANCE = "PaddlePaddle PR #12231 (momentum_op nesterov; also closes #11539)"
     DESCRIPTION = "Nesterov momentum term subtracted: p -= lr*(g - mu*buf) instead of lr*(g + mu*buf)"
     EXPECT = ("lockstep", "param", 1, "nesterov")
@@ -470,7 +470,7 @@ class Paddle12231NesterovSign(_Mutant, B.TorchSGD):
         return g.sub(buf, alpha=group["momentum"]) if group["nesterov"] else buf
 
 
-class KerasSGDVelocity(_Mutant, B.TorchSGD):
+class KerasSGDVelocity(Mutant, B.TorchSGD):
     PROVENANCE = ("keras.optimizers.SGD update rule, as documented (velocity = momentum*velocity - lr*g); "
                   "the two parameterizations: jax PR #1528, PyTorch #1099")
     DESCRIPTION = ("TF/Keras momentum form behind torch's interface: momentum_buffer holds the velocity "
@@ -492,7 +492,7 @@ class KerasSGDVelocity(_Mutant, B.TorchSGD):
 
 # --- Lion ----------------------------------------------------------------
 
-class DSLionCopysignZero(_Mutant, B.ReferenceLion):
+class DSLionCopysignZero(Mutant, B.ReferenceLion):
     PROVENANCE = ("DeepSpeed CPU Lion, ops/csrc/lion/cpu_lion_impl.cpp (0.19.8, as read): "
                   "-copysign(lr, c); documented behaviour, not an issue")
     DESCRIPTION = "sign(c) as copysign(1, c): an exactly-zero c (+0) steps by -lr instead of only decaying"
@@ -502,7 +502,7 @@ class DSLionCopysignZero(_Mutant, B.ReferenceLion):
         return torch.copysign(torch.ones_like(c), c)
 
 
-class BNB1992LionCoupledDecay(_Mutant, B.ReferenceLion):
+class BNB1992LionCoupledDecay(Mutant, B.ReferenceLion):
     PROVENANCE = "bitsandbytes #1992 (fixed by PR #1993; Triton path PR #2001)"
     DESCRIPTION = ("Lion weight decay coupled (L2): wd*p folded into the grad before the sign and the "
                    "momentum, p not decayed")
@@ -512,7 +512,7 @@ class BNB1992LionCoupledDecay(_Mutant, B.ReferenceLion):
         return g.add(pf, alpha=group["weight_decay"])
 
 
-class OLMo119LionDecayLrRatio(_Mutant, B.ReferenceLion):
+class OLMo119LionDecayLrRatio(Mutant, B.ReferenceLion):
     PROVENANCE = "allenai/OLMo PR #119 (LionW decay was lr*wd/initial_lr, mosaicml DecoupledLionW's form)"
     DESCRIPTION = ("decay p *= 1 - wd*lr/initial_lr (1 - wd at a constant lr; 1 - wd when initial_lr = 0) "
                    "instead of 1 - lr*wd")
@@ -524,7 +524,7 @@ class OLMo119LionDecayLrRatio(_Mutant, B.ReferenceLion):
         return g
 
 
-class Jl129LionMomentumFirst(_Mutant, B.ReferenceLion):
+class Jl129LionMomentumFirst(Mutant, B.ReferenceLion):
     PROVENANCE = ("FluxML/Optimisers.jl PR #129 (Lion written with the momentum updated first and the sign "
                   "taken from the new momentum; the uncompensated form of that order)")
     DESCRIPTION = ("momentum updated before the update direction: c = b1*m_t + (1-b1)*g with "
@@ -538,4 +538,4 @@ class Jl129LionMomentumFirst(_Mutant, B.ReferenceLion):
 
 
 MUTANTS = [cls for cls in list(globals().values())
-           if isinstance(cls, type) and issubclass(cls, _Mutant) and cls is not _Mutant]
+           if isinstance(cls, type) and issubclass(cls, Mutant) and cls is not Mutant]

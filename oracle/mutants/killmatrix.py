@@ -92,12 +92,11 @@ class Row:
 
 
 def entries() -> list[Entry]:
-    from oracle.mutants.base import CONTROLS
-    from oracle.mutants.catalog import MUTANTS
+    from oracle.mutants import controls, mutants
     from oracle.mutants.deviations import DEVIATION_MUTANTS
     from oracle.mutants.wrappers import WRAPPER_MUTANTS
     out = []
-    for cls in MUTANTS:
+    for cls in mutants():
         out.append(Entry(cls.__name__, "mutant", cls.ORACLE_OPTIMIZER, cls.PROVENANCE, cls.DESCRIPTION,
                          tuple(cls.EXPECT), cls.GPU_ONLY, cls=cls))
     for cls in DEVIATION_MUTANTS:
@@ -108,7 +107,7 @@ def entries() -> list[Entry]:
     for w in WRAPPER_MUTANTS:
         out.append(Entry(w.__name__, "wrapper-mutant", w.INNER.ORACLE_OPTIMIZER, w.PROVENANCE, w.DESCRIPTION,
                          tuple(w.EXPECT), w.GPU_ONLY, cls=w.INNER, wrapper=w))
-    for cls in CONTROLS:
+    for cls in controls():
         out.append(Entry(cls.__name__, "control", cls.ORACLE_OPTIMIZER,
                          description=(cls.__doc__ or "").strip().split("\n")[0], cls=cls))
     for name in torch_references():

@@ -1,8 +1,8 @@
 """Known finding torch-fp16-default-eps-nan (reports/known.toml).
 
-torch.optim Adam/AdamW (forloop, foreach) and Adagrad (forloop, foreach, and the CPU fused kernel's
+torch.optim Adam/AdamW/Adamax/RMSprop (forloop, foreach) and Adagrad (forloop, foreach, and the CPU fused kernel's
 vectorized body: 64 elements here; a 3-element tensor takes its float32 scalar tail) on float16 params
-compute in float16: the default eps (1e-8 for Adam, 1e-10 for Adagrad) is below half of float16's smallest
+compute in float16: the default eps (1e-8 for Adam, Adamax and RMSprop, 1e-10 for Adagrad) is below half of float16's smallest
 subnormal (2^-24 = 5.96e-8) and rounds to 0, so an element whose grad is exactly zero divides
 0 by sqrt(0) + 0 and the param becomes NaN after one step, with finite inputs and default
 hyperparameters (pytorch/pytorch #147437 asks for a precision-aware eps).
@@ -17,6 +17,8 @@ import torch
 reproduced = {}
 for name, cls, paths in (("Adam", torch.optim.Adam, ("forloop", "foreach")),
                          ("AdamW", torch.optim.AdamW, ("forloop", "foreach")),
+                         ("Adamax", torch.optim.Adamax, ("forloop", "foreach")),
+                         ("RMSprop", torch.optim.RMSprop, ("forloop", "foreach")),
                          ("Adagrad", torch.optim.Adagrad, ("forloop", "foreach", "fused"))):
     for path in paths:
         flags = {"forloop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[path]

@@ -26,8 +26,19 @@ def state_bits(opt) -> dict:
         for i, p in enumerate(group["params"]):
             out[f"group {g} param {i} param"] = p.detach().clone()
             for key, val in opt.state.get(p, {}).items():
-                out[f"group {g} param {i} {key}"] = val.detach().clone() if isinstance(val, torch.Tensor) else val
+                out.update(_entry_bits(f"group {g} param {i} {key}", val))
     return out
+
+
+def _entry_bits(name: str, val) -> dict:
+    """One state entry: a tensor cloned; a wrapper tensor subclass (torchao's quantized state) as the
+    plain tensors it is made of (__tensor_flatten__: codes, scale, qmap), each compared bit for bit."""
+    if not isinstance(val, torch.Tensor):
+        return {name: val}
+    if type(val) is not torch.Tensor and hasattr(val, "__tensor_flatten__"):
+        inner, _ = val.__tensor_flatten__()
+        return {k: v for attr in inner for k, v in _entry_bits(f"{name}.{attr}", getattr(val, attr)).items()}
+    return {name: val.detach().clone()}
 
 
 def _canon(name: str, v):

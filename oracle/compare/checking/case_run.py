@@ -10,7 +10,6 @@ target stores after every step, with error bounds propagated step to step.
 """
 from __future__ import annotations
 
-import copy
 import io
 import traceback
 from dataclasses import dataclass, field
@@ -29,11 +28,12 @@ from .errmodel import Bounded, as_bounded, unit_roundoff
 from .guards import allocate
 from .hazards import case_hazards
 from .lockstep import Lockstep
+from ..quantized_state import format_of, is_quantized, store as store_quantized, ulp_dtype
 from ..targets.readback import Snapshot, counter_location, math_params
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float64": torch.float64}
-CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
+CHECKS = ("lockstep", "quantized", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
 
 EXTRA_STEPS = 3  # continuation length after a checkpoint reload
 
@@ -159,6 +159,7 @@ def check_schema(res: CheckResult, case, target, opt, snap: Snapshot, touched) -
                                      got=st[key].shape, detail="shape"))
                 want_dtype = (snap.dtypes[g][i]["param"] if target.state_dtype == "param" and key != "master_param"
                               else "float32")
+                want_dtype = quantized_dtype(target, key, st[key].size) or want_dtype
                 if snap.dtypes[g][i][key] != want_dtype:
                     res.fail(Finding("schema", None, f"group {g} param {i} {key}", expected=want_dtype,
                                      got=snap.dtypes[g][i][key], detail="dtype"))
@@ -167,9 +168,22 @@ def check_schema(res: CheckResult, case, target, opt, snap: Snapshot, touched) -
                                      got=snap.devices[g][i][key], detail="device"))
 
 
+def quantized_dtype(target, key: str, numel: int) -> str | None:
+    """The snapshot dtype a quantized entry must have ("q:<format>"), None where it is not kept
+    quantized (a tensor under the format's size threshold keeps float32 state)."""
+    from oracle.quantized import FORMATS
+    for entry in target.quantized:
+        if entry.name == key and FORMATS[entry.fmt].quantizes(numel):
+            return f"q:{entry.fmt}"
+    return None
+
+
 def store(x: Bounded, storage: str, compute: str) -> Bounded:
-    """Round what the target stores; both sides round, so up to one ULP apart."""
+    """Round what the target stores; both sides round, so up to one ULP apart (a quantized entry:
+    through its format, oracle.compare.quantized_state.store)."""
     x = as_bounded(x, compute)
+    if is_quantized(storage):
+        return store_quantized(x, format_of(storage))
     v = round_to(x.v, storage)
     e = x.e + (quantum(v, storage) if coarser(storage, compute) else 0.0)
     return Bounded(v, e, x.u)
@@ -201,7 +215,7 @@ def check_trajectory(res: CheckResult, k, traj_params, traj_state, snap: Snapsho
             for skey, v in traj_state.params[g][i].items():
                 if skey != "step" and skey in snap.state[g][i]:
                     compare_tensor(res, k, f"group {g} param {i} {skey}", v.v, snap.state[g][i][skey],
-                                   np.zeros_like(v.v), 2.0 * v.e, snap.dtypes[g][i][skey])
+                                   np.zeros_like(v.v), 2.0 * v.e, ulp_dtype(snap.dtypes[g][i][skey]))
 
 
 # --- the run -----------------------------------------------------------------
@@ -217,7 +231,7 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
     params = make_params(case, seed, device, guards)
     opt = build_or_refuse(target, case, params)
     ls = Lockstep(target, opt, case.group_hparams(), res["lockstep"], res["counters"], schema=res["schema"],
-                  finite=res["finite"])
+                  finite=res["finite"], quantized=res["quantized"])
     # The trajectory starts from the oracle's own initial state (Adagrad's
     # accumulator = the group's initial_accumulator_value), not the target's.
     traj_params = [[Bounded(p, None, u) for p in group] for group in C.initial_params(case, seed)]
@@ -251,7 +265,7 @@ def reload(target, case, seed, device, opt, params):
     ckpt = torch.load(buf, weights_only=True, map_location=device)
     fresh = [[p.clone().requires_grad_() for p in g] for g in ckpt["params"]]
     new = build(target, case, fresh)
-    new.load_state_dict(copy.deepcopy(ckpt["opt"]))
+    new.load_state_dict(ckpt["opt"])  # torch.load made it: nothing else holds these tensors
     return new, fresh
 
 
@@ -316,7 +330,8 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
         result.checks["error"] = CheckResult("error", passed=False, note=traceback.format_exc(limit=-3))
         result.seconds = time.perf_counter() - t0
         return result
-    result.checks = {k: v for k, v in res.items() if k in checks}
+    # the quantized check appears on rows whose target keeps quantized state
+    result.checks = {k: v for k, v in res.items() if k in checks and (k != "quantized" or v.compared)}
     if not all(c.passed for c in result.checks.values()):
         result.status = "fail"
     result.seconds = time.perf_counter() - t0

@@ -36,6 +36,9 @@ LAYOUTS = {
     "grad_none": {"groups": [[(8, 8), (6,)]], "grad_none": {(0, 1): (1, 2, 5)}},
     "scalar": {"groups": [[(), (4,)]]},
     "many_shapes": {"groups": [[(3, 5, 7), (1,), (64,)], [(2, 1, 3)]]},
+    # params large enough for blockwise-quantized state (>= 4096 elements, oracle.quantized): whole
+    # 256-element blocks, a short last block, and one param under the threshold (float32 state)
+    "blocks": {"groups": [[(64, 128), (4096 + 77,), (100,)]]},
 }
 
 

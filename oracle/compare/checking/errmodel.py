@@ -156,6 +156,11 @@ def _power(s, a, b):
     return s._round(r, np.abs(n) * np.abs(r) * rel)
 
 
+def _absolute(s, a):
+    """|a| is exact: a's error carries over unchanged."""
+    return Bounded(np.abs(a.v), a.e, s.u, s.eta)
+
+
 def _maximum(s, a, b):
     return Bounded(np.maximum(a.v, b.v), np.maximum(a.e, b.e), s.u, s.eta)
 
@@ -222,7 +227,7 @@ def _compare(op):
 _UFUNCS = {np.equal: _compare(np.equal), np.not_equal: _compare(np.not_equal), np.less: _compare(np.less),
            np.greater: _compare(np.greater), np.less_equal: _compare(np.less_equal),
            np.greater_equal: _compare(np.greater_equal), np.add: _add, np.subtract: _sub, np.multiply: _mul, np.true_divide: _div, np.sqrt: _sqrt,
-           np.negative: _neg, np.square: _square, np.maximum: _maximum, np.power: _power,
+           np.negative: _neg, np.square: _square, np.maximum: _maximum, np.absolute: _absolute, np.power: _power,
            np.sign: _sign, np.copysign: _copysign}
 _FUNCTIONS = {np.shape: lambda x: x.v.shape, np.iscomplexobj: lambda x: False, np.sum: _sum, np.zeros_like: _like(0.0), np.full_like: _like(None), np.linalg.norm: _norm,
               np.where: _where}

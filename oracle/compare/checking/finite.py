@@ -23,7 +23,7 @@ from .checks import CheckResult, Finding
 
 SYMBOLS = {np.add: "+", np.subtract: "-", np.multiply: "*", np.true_divide: "/", np.power: "**"}
 FUNCTIONS = {np.sqrt: "sqrt", np.negative: "-", np.square: "square", np.maximum: "max", np.sign: "sign",
-             np.copysign: "copysign"}
+             np.copysign: "copysign", np.absolute: "abs"}
 COMPARISONS = (np.equal, np.not_equal, np.less, np.greater, np.less_equal, np.greater_equal)
 
 

@@ -26,7 +26,8 @@ from oracle.storage import round_to
 from .checks import CheckResult, Finding, compare_exact, compare_tensor, tolerance
 from .errmodel import Bounded, as_bounded, unit_roundoff
 from .finite import check_finite, culprit
-from ..targets.readback import Snapshot, math_params, read
+from ..quantized_state import compare_quantized, is_quantized
+from ..targets.readback import Snapshot, math_params
 
 
 def counters_only(state: OptState) -> OptState:
@@ -56,18 +57,20 @@ class Lockstep:
     target: the Target (its convention, compute precision, state names).
     opt: what step() is called on; `inner` holds param_groups and state
         (a wrapper's inner optimizer), `opt` itself by default.
-    values / counters / schema / finite: the CheckResults findings go to
-        (schema and finite default to values).
+    values / counters / schema / finite / quantized: the CheckResults findings go to
+        (schema, finite and quantized default to values).
     """
 
     def __init__(self, target, opt, hparams: list[dict], values: CheckResult, counters: CheckResult,
-                 label: str = "", inner=None, schema: CheckResult | None = None, finite: CheckResult | None = None):
+                 label: str = "", inner=None, schema: CheckResult | None = None, finite: CheckResult | None = None,
+                 quantized: CheckResult | None = None):
         self.target, self.opt, self.inner = target, opt, inner if inner is not None else opt
         self.spec = oracle.SPECS[target.optimizer]
         self.hparams = list(hparams)
         self.values, self.counters, self.label = values, counters, label
         self.schema = schema if schema is not None else values
         self.finite = finite if finite is not None else values
+        self.quantized = quantized if quantized is not None else values
         self.tracked = OptState.empty([g["params"] for g in self.inner.param_groups])
 
     def grow(self, hparams: dict) -> None:
@@ -83,7 +86,7 @@ class Lockstep:
                 st["step"] = n
 
     def read(self) -> Snapshot:
-        return read(self.inner, self.target.state_names)
+        return self.target.read(self.inner)
 
     def oracle_state(self, before: Snapshot, wrap) -> OptState:
         """The oracle's state from `before`: the target's state entries (wrapped), the oracle's counters."""
@@ -152,6 +155,9 @@ class Lockstep:
                     st_dtype = after.dtypes[g][i][key]
                     ev = as_bounded(ev, compute)
                     old = before.state[g][i].get(key, np.zeros_like(ev.v))
+                    if is_quantized(st_dtype):
+                        compare_quantized(self.quantized, k, f"{name} {key}", ev, after.quant[g][i][key], old)
+                        continue
                     compare_tensor(self.values, k, f"{name} {key}", ev.v, after.state[g][i][key], old,
                                    tolerance(ev.e, ev.v, st_dtype, compute), st_dtype)
 

@@ -12,7 +12,9 @@ PLAN = (("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
         ("wd0.1", "empty_group", "large_decay"), ("wd0.1", "rank_skew", "small_params"),
         ("amsgrad", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
         ("wd0.1", "scalar", "lr0"), ("betas", "many_shapes", "tiny_grads"),
-        ("amsgrad", "grad_none", "large_decay"), ("wd0", "scalar", "lr0_zero_grads"))
+        ("amsgrad", "grad_none", "large_decay"), ("wd0", "scalar", "lr0_zero_grads"),
+        # blockwise-quantized state (8-bit optimizers): moments spanning decades, exact zeros
+        ("wd0.1", "blocks", "zero_grads"))
 SCENARIO = {"lr": 1e-2, "weight_decay": 0.1}
 
 # The library defaults (torch.optim.Adam / AdamW signatures), run unchanged in every dtype: eps = 1e-8

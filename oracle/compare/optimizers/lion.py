@@ -24,7 +24,7 @@ PLAN = (("wd0.1", "single", "normal"), ("wd0", "two_groups", "tiny_grads"),
         ("wd0.1", "zero_numel_last", "normal"), ("maximize", "grad_none", "zero_grads"),
         ("wd0.1", "scalar", "lr0"), ("betas", "many_shapes", "tiny_grads"),
         ("wd0", "scalar", "lr0_zero_grads"), ("wd0.1", "single", "zero_grads"),
-        ("defaults", "single", "zero_grads"))
+        ("defaults", "single", "zero_grads"), ("wd0.1", "blocks", "zero_grads"))
 
 
 def deepspeed_lion_targets() -> list:

@@ -38,6 +38,7 @@ class Target:
     masters: bool = False
     state_dtype: str = "param"  # dtype of moments/accumulators: "param" (torch) or "float32"
     state_names: tuple = ()     # (implementation key, canonical name) pairs, see readback.read
+    quantized: tuple = ()       # QuantEntry per state entry kept quantized (oracle.compare.quantized_state)
     options: frozenset = frozenset()
     requires: Callable[[str], str | None] = lambda device: None
     notes: str = ""
@@ -88,7 +89,7 @@ class Target:
 
     def read(self, opt):
         from .readback import read
-        return read(opt, self.state_names)
+        return read(opt, self.state_names, self.quantized)
 
     def compute_dtype(self, storage: str) -> str:
         return storage if self.compute == "storage" else "float32"

@@ -7,7 +7,7 @@ or param_group["step"] (per group). Nothing here writes to the optimizer.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -56,23 +56,30 @@ class Snapshot:
     group_steps: list      # [g] per-group counter (None when absent)
     group_has_step: list   # [g] whether the group dict has a "step" key at all
     extra_keys: list       # [g][i] state keys not understood (reported by the schema check)
+    quant: list = field(default_factory=list)  # [g][i] {canonical name: QuantRead} of quantized entries
 
 
 def _type_name(v) -> str:
     return f"tensor({dtype_name(v)})" if isinstance(v, torch.Tensor) else type(v).__name__
 
 
-def read(opt: torch.optim.Optimizer, rename=()) -> Snapshot:
+def read(opt: torch.optim.Optimizer, rename=(), quantized=()) -> Snapshot:
     """`rename`: (implementation key, canonical name) pairs for names that
-    mean something else elsewhere (DeepSpeed's Adagrad keeps `sum` as "exp_avg_sq")."""
+    mean something else elsewhere (DeepSpeed's Adagrad keeps `sum` as "exp_avg_sq").
+    `quantized`: QuantEntry per entry a target may keep quantized; such an entry reads back as the
+    values the target dequantizes, its dtype "q:<format>", its codes in `quant`."""
     snap = Snapshot([], [], [], [], [], [], [], [], [])
     reverse = {alias: canon for canon, names in aliases().items() for alias in names} | dict(rename)
     for group in opt.param_groups:
         row = [[] for _ in range(7)]
+        snap_quant: list = []
         for p in group["params"]:
             st = opt.state.get(p, {})
             canon, dtypes, devices, extra = {}, {"param": dtype_name(p)}, {"param": str(p.device)}, []
+            quant, consumed = _read_quantized(st, quantized, canon, dtypes, devices)
             for key, val in st.items():
+                if key in consumed:
+                    continue
                 if key == "step":
                     devices["step"] = str(val.device) if isinstance(val, torch.Tensor) else "host"
                 elif key in reverse and isinstance(val, torch.Tensor):
@@ -84,15 +91,33 @@ def read(opt: torch.optim.Optimizer, rename=()) -> Snapshot:
                     dtypes[reverse[key]], devices[reverse[key]] = "float64", "host"
                 else:
                     extra.append(key)
+            snap_quant.append(quant)
             for r, v in zip(row, (to_numpy(p), canon, dtypes, devices, counter_value(st.get("step")),
                                   _type_name(st["step"]) if "step" in st else None, extra)):
                 r.append(v)
         for lst, r in zip((snap.params, snap.state, snap.dtypes, snap.devices, snap.param_steps,
                            snap.step_types, snap.extra_keys), row):
             lst.append(r)
+        snap.quant.append(snap_quant)
         snap.group_steps.append(counter_value(group.get("step")))
         snap.group_has_step.append("step" in group)
     return snap
+
+
+def _read_quantized(st: dict, entries, canon: dict, dtypes: dict, devices: dict) -> tuple[dict, set]:
+    """The quantized entries of one param's state, read into canon/dtypes/devices; returns
+    ({name: QuantRead}, the state keys they consumed)."""
+    quant, consumed = {}, set()
+    for entry in entries:
+        got = entry.read(st)
+        if got is None:
+            continue
+        quant[entry.name] = got
+        consumed.update(got.keys)
+        canon[entry.name] = got.values()
+        dtypes[entry.name] = f"q:{got.fmt}"
+        devices[entry.name] = str(st[got.keys[0]].device)
+    return quant, consumed
 
 
 def math_params(snap: Snapshot) -> list:
