@@ -18,7 +18,7 @@ Per-case breakdown (ms per case, on a sample of default-sweep jobs run in this p
               (the breakdown's sample: the default sweep's --shard 1/8 without rank_skew, each target's
               first-use costs paid before timing, as in a warm worker)
   oracle      the oracle's update on plain float64 arrays (measured by re-running each step)
-  error model the same update on error-carrying arrays (oracle.compare.checking.errmodel) minus the above
+  error model the same update on error-carrying arrays (oracle.compare.measuring.errmodel) minus the above
   target      building the optimizer under test and its step() calls
   other       the rest of a case: reading state back, comparisons, inputs, checkpoints
   report      report.write, per case
@@ -88,7 +88,7 @@ def sweep(name: str, jobs: int | None = None) -> dict:
 
 def _plain(x):
     from oracle.common import OptState
-    from oracle.compare.checking.errmodel import Bounded
+    from oracle.compare.measuring.errmodel import Bounded
     if isinstance(x, Bounded):
         return x.v.copy()
     if isinstance(x, OptState):
@@ -101,7 +101,7 @@ def _plain(x):
 
 
 def _has_bounded(x) -> bool:
-    from oracle.compare.checking.errmodel import Bounded
+    from oracle.compare.measuring.errmodel import Bounded
     if isinstance(x, Bounded):
         return True
     if isinstance(x, list):

@@ -223,7 +223,7 @@ def denominator(v, bc2, eps, eps_mode, eps_root=0.0):
 
 def one_minus_power(b, t, like, conv: AdamConvention):
     """1 - b^t, on the host in float64 or as array operations in the compute
-    dtype ("compute": an error-tracking array type (oracle.compare.checking.errmodel)
+    dtype ("compute": an error-tracking array type (oracle.compare.measuring.errmodel)
     then sees the power and the cancellation)."""
     if conv.bias_correction_precision == "compute":
         return 1.0 - np.full_like(like, b) ** t

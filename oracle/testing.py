@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from .compare.checking.checks import FAILING
+from .compare.measuring.checks import FAILING
 
 
 def _name(factory) -> tuple[str, bool]:

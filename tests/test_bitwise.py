@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from oracle.compare.checking.bitwise import compare_bits
-from oracle.compare.checking.checks import CheckResult
+from oracle.compare.measuring.checks import CheckResult
 
 
 @pytest.mark.parametrize("strict", [False, True])

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from oracle.compare.checking.checks import FAILING
+from oracle.compare.measuring.checks import FAILING
 from oracle.compare.cli import main
 
 

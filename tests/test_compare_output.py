@@ -47,7 +47,7 @@ def test_known_failures_carry_their_note(tmp_path, capsys):
     """A failure a known entry covers is listed after the new ones, with the entry."""
     from oracle.compare.checking.known import Judge
     from oracle.compare.checking.case_run import CaseResult
-    from oracle.compare.checking.checks import CheckResult, Finding
+    from oracle.compare.measuring.checks import CheckResult, Finding
     r = CaseResult("torch.adamw.fused", "scenario:irregular/mixed", "adamw", "float32", [], 0, 3, status="fail",
                    reason="noncontiguous: known torch defect (torch-fused-cpu-noncontiguous): summary")
     c = CheckResult("noncontiguous")

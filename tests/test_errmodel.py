@@ -7,7 +7,7 @@ u = 2**-24, element by element; and the bound must not be vacuous.
 import numpy as np
 import pytest
 
-from oracle.compare.checking.errmodel import Bounded, unit_roundoff
+from oracle.compare.measuring.errmodel import Bounded, unit_roundoff
 from oracle import adam
 
 U = unit_roundoff("float32")

@@ -3,8 +3,8 @@
 Lockstep, as tests/test_fused_oracle.py: every step the oracle (oracle/lion.py) starts from
 the optimizer's own state and takes one step with the same grads; its float64 result is
 the expected value. Tolerances are derived from the oracle's own pieces evaluated on
-error-bounded arrays (oracle.compare.checking.errmodel.Bounded, float32 unit roundoff;
-oracle.compare.checking.checks.tolerance): oracle.lion.interpolate gives the bounds of c and of the
+error-bounded arrays (oracle.compare.measuring.errmodel.Bounded, float32 unit roundoff;
+oracle.compare.measuring.checks.tolerance): oracle.lion.interpolate gives the bounds of c and of the
 new exp_avg, and the decayed param's bound gives the param's.
 
 sign() is discontinuous, and Bounded has no rule for it, so the test splits the elements:
@@ -29,8 +29,8 @@ import oracle
 from fused import CONVENTIONS, OPTIMIZERS, FusedLion, convention_of
 from fused.testing import as_f64
 from oracle import GradScaling, OptState
-from oracle.compare.checking.checks import tolerance
-from oracle.compare.checking.errmodel import Bounded, unit_roundoff
+from oracle.compare.measuring.checks import tolerance
+from oracle.compare.measuring.errmodel import Bounded, unit_roundoff
 from oracle.lion import LionConvention
 
 U = unit_roundoff("float32")

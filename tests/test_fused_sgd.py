@@ -3,8 +3,8 @@
 Lockstep, as tests/test_fused_oracle.py: every step the oracle starts from the
 optimizer's own state (the fp32 param or master, the buffers) and takes one step
 with the same grads. The tolerance is derived, not tuned: the oracle's own update
-evaluated on error-bounded arrays (oracle.compare.checking.errmodel.Bounded, float32 unit
-roundoff) gives each element's bound, oracle.compare.checking.checks.tolerance doubles it
+evaluated on error-bounded arrays (oracle.compare.measuring.errmodel.Bounded, float32 unit
+roundoff) gives each element's bound, oracle.compare.measuring.checks.tolerance doubles it
 for reordering and adds the store rounding of a bf16 buffer.
 
 Layout: three groups; shapes of rank 1-3, a param that never has a grad, one whose
@@ -26,8 +26,8 @@ import oracle
 from fused import CONVENTIONS, OPTIMIZERS, FusedAdagrad, FusedAdam, FusedLAMB, FusedLion, FusedSGD, convention_of
 from fused.testing import as_f64
 from oracle import GradScaling, OptState
-from oracle.compare.checking.checks import tolerance
-from oracle.compare.checking.errmodel import Bounded, unit_roundoff
+from oracle.compare.measuring.checks import tolerance
+from oracle.compare.measuring.errmodel import Bounded, unit_roundoff
 from oracle.sgd import SGDConvention
 
 U = unit_roundoff("float32")

@@ -7,7 +7,7 @@ import torch
 
 from oracle.adam import TORCH_ADAMW
 from oracle.compare.checking import hazards as H
-from oracle.compare.checking.checks import CheckResult
+from oracle.compare.measuring.checks import CheckResult
 from oracle.compare.checking.finite import check_finite, culprit
 from oracle.compare.checking.guards import PAD, allocate
 from oracle.common import OptState

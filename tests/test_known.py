@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from oracle.compare.checking import known as K
-from oracle.compare.checking.checks import CheckResult
+from oracle.compare.measuring.checks import CheckResult
 from oracle.compare.cli import main
 from oracle.compare.reporting.diff import compare
 from oracle.compare.checking.case_run import CaseResult

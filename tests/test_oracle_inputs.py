@@ -213,7 +213,7 @@ def test_error_carrying_arrays_pass_through_unconverted():
     """as_float64 leaves objects with their own __array_function__ (the
     comparison's error-bounded arrays) alone, state included."""
     from oracle.common import canonical_state
-    from oracle.compare.checking.errmodel import Bounded
+    from oracle.compare.measuring.errmodel import Bounded
     b = Bounded(np.ones(3), None, 2.0 ** -24)
     state = OptState([2], [[{"exp_avg": b, "exp_avg_sq": b, "step": 2.0}]])
     out = canonical_state(state)

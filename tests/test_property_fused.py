@@ -6,8 +6,8 @@ Lockstep: before every step the oracle starts from the optimizer's own
 state (the fp32 master or the param, the moments as stored, the group
 counters), so each step is judged alone and errors cannot accumulate.
 
-Tolerance, per element, derived rather than tuned (oracle.compare.checking.errmodel, the
-harness's own rule in oracle.compare.checking.checks.tolerance):
+Tolerance, per element, derived rather than tuned (oracle.compare.measuring.errmodel, the
+harness's own rule in oracle.compare.measuring.checks.tolerance):
   - The oracle's update runs on `Bounded` arrays with u = 2**-24 (float32):
     every + - * / sqrt of the specification rounds once, |fl(x op y) - x op y|
     <= u|x op y| (plus half of float32's smallest subnormal on underflow), and
@@ -45,8 +45,8 @@ from hypothesis import strategies as st
 import oracle
 from fused import FusedAdagrad, FusedAdam, FusedLAMB, convention_of
 from fused.testing import as_f64
-from oracle.compare.checking.checks import tolerance
-from oracle.compare.checking.errmodel import Bounded, unit_roundoff
+from oracle.compare.measuring.checks import tolerance
+from oracle.compare.measuring.errmodel import Bounded, unit_roundoff
 from oracle import GradScaling, OptState
 
 # derandomize: the same examples on every run and machine (CI), no example database.

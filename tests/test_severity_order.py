@@ -1,4 +1,4 @@
-"""Every row leads with its most severe failing check (oracle.compare.checking.checks.SEVERITY): memory
+"""Every row leads with its most severe failing check (oracle.compare.measuring.checks.SEVERITY): memory
 written outside a tensor, then non-finite output, modified inputs, bookkeeping, deviations, numerical
 bounds last; the same order in the terminal line, report.json's reason, report.md, report.html and
 JUnit, and failure listings put the most severe rows first."""
@@ -10,7 +10,7 @@ import pytest
 
 from oracle.compare.reporting import console, junit, report
 from oracle.compare.checking import explain
-from oracle.compare.checking.checks import NUMERIC_RANK, SEVERITY, CheckResult, Finding, severity
+from oracle.compare.measuring.checks import NUMERIC_RANK, SEVERITY, CheckResult, Finding, severity
 from oracle.compare.cli import main
 from oracle.compare.checking.known import Judge
 from oracle.compare.checking.case_run import CaseResult

@@ -1,10 +1,9 @@
-"""Checking: what judges a target against the oracle, and how a judgement reads.
+"""Checking: what judges a target against the oracle, and how a judgement reads (the measures it
+uses, tolerances, comparisons and state readback, are oracle.compare.measuring).
 
 cases       the case matrix: named, seeded inputs (from the optimizers' comparison records)
 case_run    one case against one target: lockstep, trajectory, counters, schema, round-trip
 lockstep    the one lockstep engine: an optimizer and the float64 oracle, step by step
-checks      comparisons against the oracle and what a failure looks like (CheckResult, Finding)
-errmodel    running error analysis: each element's derived tolerance
 bitwise     the one bit-for-bit diff of everything an optimizer holds
 finite      the `finite` check; guards: guarded tensors (the `bounds` check)
 hazards     representability hazards of hyperparameters and derived constants

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .checks import CheckResult, Finding, same_bits
+from ..measuring.checks import CheckResult, Finding, same_bits
 
 
 def plain(v):

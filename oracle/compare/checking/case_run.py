@@ -23,13 +23,13 @@ from oracle.storage import quantum, round_to
 
 from . import cases as C
 from .bitwise import compare_bits, state_bits
-from .checks import FAILING, STATUSES, CheckResult, Finding, coarser, compare_tensor  # noqa: F401
-from .errmodel import Bounded, as_bounded, unit_roundoff
+from ..measuring.checks import FAILING, STATUSES, CheckResult, Finding, coarser, compare_tensor  # noqa: F401
+from ..measuring.errmodel import Bounded, as_bounded, unit_roundoff
 from .guards import allocate
 from .hazards import case_hazards
 from .lockstep import Lockstep
-from ..quantized_state import format_of, is_quantized, store as store_quantized, ulp_dtype
-from ..targets.readback import Snapshot, counter_location, math_params
+from ..measuring.quantized_state import format_of, is_quantized, store as store_quantized, ulp_dtype
+from ..measuring.readback import Snapshot, counter_location, math_params
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float64": torch.float64}
@@ -180,7 +180,7 @@ def quantized_dtype(target, key: str, numel: int) -> str | None:
 
 def store(x: Bounded, storage: str, compute: str) -> Bounded:
     """Round what the target stores; both sides round, so up to one ULP apart (a quantized entry:
-    through its format, oracle.compare.quantized_state.store)."""
+    through its format, oracle.compare.measuring.quantized_state.store)."""
     x = as_bounded(x, compute)
     if is_quantized(storage):
         return store_quantized(x, format_of(storage))

@@ -14,7 +14,7 @@ reports/known.toml lists it (check "deviation") or the class declares it on purp
 """
 from __future__ import annotations
 
-from .checks import CheckResult
+from ..measuring.checks import CheckResult
 
 CHECK = "deviation"
 

@@ -5,7 +5,7 @@ JUnit XML and oracle.testing's AssertionError.
     [3, 1]: expected 0.0123456791, got 0.0123456144, error 54.2 ULP > bound 29.4 ULP (3 of 64 elements
     out of bound); also failing: trajectory [known torch defect (id): summary]
 
-The finding shown is that of the row's most severe failing check (oracle.compare.checking.checks.SEVERITY:
+The finding shown is that of the row's most severe failing check (oracle.compare.measuring.checks.SEVERITY:
 memory written outside a tensor, then non-finite output, modified inputs, ..., numerical bounds last),
 and failure listings put the most severe rows first (`most_severe_first`).
 
@@ -84,8 +84,8 @@ def finding_text(f) -> str:
 
 
 def by_severity(items) -> list:
-    """(name, check) pairs, most severe first (oracle.compare.checking.checks.SEVERITY), report order within a rank."""
-    from .checks import severity
+    """(name, check) pairs, most severe first (oracle.compare.measuring.checks.SEVERITY), report order within a rank."""
+    from ..measuring.checks import severity
     return sorted(items, key=lambda item: severity(item[0]))
 
 
@@ -96,7 +96,7 @@ def failing_checks(result) -> list:
 
 def row_severity(result) -> int:
     """A row's rank: that of its most severe failing check (a "deviation" row: that name's rank)."""
-    from .checks import NUMERIC_RANK, severity
+    from ..measuring.checks import NUMERIC_RANK, severity
     names = [n for n, _ in failing_checks(result)]
     if _get(result, "status") == "deviation":
         names.append("deviation")

@@ -19,7 +19,7 @@ import numpy as np
 from oracle.common import OptState
 from oracle.storage import round_to
 
-from .checks import CheckResult, Finding
+from ..measuring.checks import CheckResult, Finding
 
 SYMBOLS = {np.add: "+", np.subtract: "-", np.multiply: "*", np.true_divide: "/", np.power: "**"}
 FUNCTIONS = {np.sqrt: "sqrt", np.negative: "-", np.square: "square", np.maximum: "max", np.sign: "sign",

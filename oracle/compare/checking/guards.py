@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .checks import CheckResult, Finding
+from ..measuring.checks import CheckResult, Finding
 
 PAD = 4            # guard elements before and after every view
 SENTINEL = -31.0   # exact in every format; what a guard holds (compared bitwise, not by value)

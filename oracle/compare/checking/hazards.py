@@ -4,7 +4,7 @@ cannot hold.
 Static: for a target, a case and a dtype, every hyperparameter and derived constant (eps, lr, wd,
 lr*wd, 1 - lr*wd, the betas, lr_decay terms, ...) is rounded to the format the target computes in
 (Target.compute_dtype; float32 first where the convention holds hyperparameters as float32), as the
-error model (oracle.compare.checking.errmodel) holds constants. A quantity is hazardous when it
+error model (oracle.compare.measuring.errmodel) holds constants. A quantity is hazardous when it
 
     rounds to 0                 its magnitude carries it (eps, lr, lr*wd) and it underflows
     rounds to 1                 its distance from 1 carries it (betas, 1 - lr*wd) and that is lost

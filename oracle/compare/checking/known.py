@@ -40,7 +40,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from .checks import FAILING, RAN
+from ..measuring.checks import FAILING, RAN
 
 REQUIRED = ("id", "target", "case", "check", "summary", "library", "versions", "first_seen", "repro")
 OPTIONAL = ("reference", "devices", "intermittent", "error")

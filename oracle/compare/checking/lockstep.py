@@ -2,7 +2,7 @@
 
 Before each step the target's state is read; the oracle runs one step from
 it (with its own counters) on the same grads, on error-carrying arrays
-(oracle.compare.checking.errmodel), and the target's result must lie within the derived
+(oracle.compare.measuring.errmodel), and the target's result must lie within the derived
 per-element tolerance. Counters must be equal, exactly. The oracle keeps its
 own counters, so a wrong counter shows both as a counter finding and in the
 values it corrupts (bias correction).
@@ -23,11 +23,11 @@ import oracle
 from oracle.common import GradScaling, OptState
 from oracle.storage import round_to
 
-from .checks import CheckResult, Finding, compare_exact, compare_tensor, tolerance
-from .errmodel import Bounded, as_bounded, unit_roundoff
+from ..measuring.checks import CheckResult, Finding, compare_exact, compare_tensor, tolerance
+from ..measuring.errmodel import Bounded, as_bounded, unit_roundoff
 from .finite import check_finite, culprit
-from ..quantized_state import compare_quantized, is_quantized
-from ..targets.readback import Snapshot, math_params
+from ..measuring.quantized_state import compare_quantized, is_quantized
+from ..measuring.readback import Snapshot, math_params
 
 
 def counters_only(state: OptState) -> OptState:

@@ -3,7 +3,7 @@
 An implementation may keep Lion's momentum as `state["state1"]` (bitsandbytes) or Adam's second
 moment as `state["v"]`. Before inference (oracle.compare.inference.infer) the target takes two steps on a
 probe case without weight decay, the oracle takes the same two in float64, and each state key the
-readback does not understand (oracle.compare.targets.readback) is matched to the canonical key the
+readback does not understand (oracle.compare.measuring.readback) is matched to the canonical key the
 oracle has and the target lacks, by relative distance: a key is named only when one canonical key
 is within MATCH of it on every param, no other is, and no two keys take the same name. A class can
 declare the names instead (ORACLE_STATE_NAMES = {"state1": "exp_avg"}, oracle.compare.targets.user_impl).
@@ -39,7 +39,7 @@ def found(target, cases, seed: int, device: str = "cpu", steps: int = 2) -> tupl
     from oracle.common import OptState
 
     from . import cases as C
-    from ..targets.readback import aliases
+    from ..measuring.readback import aliases
     from .case_run import build, make_params, set_grads
     case = probe_case(target, cases)
     if case is None:

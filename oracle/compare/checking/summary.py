@@ -7,7 +7,7 @@ import numbers
 from collections import Counter, defaultdict
 
 from tabulate import tabulate
-from .checks import FAILING, severity
+from ..measuring.checks import FAILING, severity
 
 
 def apart_text(counts) -> str:

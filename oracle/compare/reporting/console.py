@@ -7,7 +7,7 @@ above it as they happen); otherwise, or with --verbose, one plain line per resul
 prints none. The outcome: the known-findings verdict, the summary table (not with --quiet), one
 line for the targets skipped as a whole, the counts, then one line per failure (check, tensor,
 index, expected, got, error and bound in ULPs, the known/declared note) with its repro command,
-new failures first, the most severe first within each (oracle.compare.checking.checks.SEVERITY), "... and N
+new failures first, the most severe first within each (oracle.compare.measuring.checks.SEVERITY), "... and N
 more (see report)" past the limit (--verbose: no limit).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from ..checking.checks import FAILING
+from ..measuring.checks import FAILING
 
 FAILURE_LINES = 10  # failure lines printed at the end (all of them with --verbose)
 

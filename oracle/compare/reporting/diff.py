@@ -22,7 +22,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from ..checking.checks import FAILING, RAN
+from ..measuring.checks import FAILING, RAN
 
 DEFAULT_FACTOR = 2.0
 DEFAULT_FLOOR = 0.01

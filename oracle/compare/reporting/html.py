@@ -25,7 +25,7 @@ import io
 import math
 import re
 from collections import defaultdict
-from ..checking.checks import FAILING
+from ..measuring.checks import FAILING
 from ..checking.known import any_glob
 
 PLOT_CASES = 60          # failing cases that get plots (the rest: findings, repro; data in report.json)
@@ -341,7 +341,7 @@ def _bin_label(low, high) -> str:
 
 def histogram_svg(row: dict, prefix: str) -> str | None:
     """Per-element error in ULPs at the worst step of the most severe failing check with a histogram."""
-    from ..checking.checks import severity
+    from ..measuring.checks import severity
     checks = sorted(plotted_checks(row), key=lambda kv: (kv[1].get("passed", True), severity(kv[0])))
     name, hist = next(((n, c["histogram"]) for n, c in checks if c.get("histogram")), (None, None))
     if hist is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from ..checking.explain import by_severity, failure_line, failing_checks, finding_text
-from ..checking.checks import FAILING
+from ..measuring.checks import FAILING
 from ..checking.summary import WHOLE_TARGET
 
 

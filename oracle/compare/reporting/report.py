@@ -24,7 +24,7 @@ from ..checking.summary import (hazards, jsonable, measure, new_failure_rows, sk
                       skipped_targets, summarize, summary_table, verdict_text, run_counts, counts_text)
 
 from ..checking.runinfo import repro_command, versions  # noqa: F401 - part of this module's API
-from ..checking.checks import FAILING
+from ..measuring.checks import FAILING
 
 SCHEMA = "optimizer-oracle-report/2"
 FILES = ("report.json", "report.md", "report.html")
@@ -59,7 +59,7 @@ def series_dict(c) -> dict | None:
 def histogram_dict(c) -> dict | None:
     """The worst step's per-element errors in ULPs: {step, bins: [[low, high, count], ...]} for the
     non-empty bins of checks.HIST_EDGES ([0, 0] counts exact agreement; high null: unbounded above)."""
-    from ..checking.checks import HIST_EDGES
+    from ..measuring.checks import HIST_EDGES
     worst = c.worst_step() if getattr(c, "series", None) else None
     counts = getattr(c, "histogram", {}).get(worst)
     if not counts or not any(counts):

@@ -128,7 +128,7 @@ def _run_job(target, case_name, seed, steps, device, pattern, teach):
 
 def error_result(target, optimizer, case_name, seed, steps, reason):
     from ..checking import cases as C
-    from ..checking.checks import CheckResult
+    from ..measuring.checks import CheckResult
     from ..checking.case_run import CaseResult
     try:
         case = C.find_case(case_name, steps)

@@ -153,7 +153,7 @@ def _hparams(items) -> list:
 
 def result_from_dict(row: dict):
     """A CaseResult back from its report.json form (round-trips through report.result_dict)."""
-    from ..checking.checks import CheckResult, Finding
+    from ..measuring.checks import CheckResult, Finding
     from ..checking.case_run import CaseResult
     checks = {}
     for name, c in row["checks"].items():
@@ -183,7 +183,7 @@ def _series(d) -> dict:
 
 def _histogram(d) -> dict:
     """report.json's non-empty bins back into CheckResult.histogram (step -> counts per HIST_EDGES bin)."""
-    from ..checking.checks import HIST_EDGES
+    from ..measuring.checks import HIST_EDGES
     if not d:
         return {}
     counts = [0] * (len(HIST_EDGES) + 1)

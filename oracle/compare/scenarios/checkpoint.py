@@ -10,7 +10,7 @@ import torch
 
 from ..checking.bitwise import compare_bits, state_bits
 from ..checking.cases import SHORT
-from ..checking.checks import CheckResult, Finding
+from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from . import scenario

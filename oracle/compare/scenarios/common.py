@@ -16,7 +16,7 @@ import torch
 
 from oracle.storage import round_to
 
-from ..checking.checks import CheckResult
+from ..measuring.checks import CheckResult
 from ..optimizers import records
 from ..checking.case_run import TORCH_DTYPES, CaseResult
 

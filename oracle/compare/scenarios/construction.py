@@ -11,7 +11,7 @@ import oracle
 from oracle.storage import round_to
 
 from ..checking.bitwise import bits_finding, plain as _plain
-from ..checking.checks import CheckResult, Finding, same_bits
+from ..measuring.checks import CheckResult, Finding, same_bits
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from ..targets.master_weights import MasterWeights

@@ -48,7 +48,7 @@ import numpy as np
 
 from ..isolation import ranks
 from ..checking.bitwise import compare_bits, plain as _plain
-from ..checking.checks import CheckResult, Finding
+from ..measuring.checks import CheckResult, Finding
 from ..checking.case_run import CaseResult
 from . import Scenario
 

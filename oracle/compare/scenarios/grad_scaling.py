@@ -9,7 +9,7 @@ import oracle
 from oracle.common import GradScaling
 
 from ..checking.bitwise import compare_bits, state_bits
-from ..checking.checks import CheckResult
+from ..measuring.checks import CheckResult
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from . import scenario

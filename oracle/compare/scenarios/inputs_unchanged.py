@@ -7,7 +7,7 @@ import time
 import torch
 
 from ..checking.bitwise import bits_finding
-from ..checking.checks import CheckResult, Finding, same_bits
+from ..measuring.checks import CheckResult, Finding, same_bits
 from ..checking.guards import allocate
 from ..checking.case_run import set_grads
 from . import scenario

@@ -10,7 +10,7 @@ import numpy as np
 import oracle
 
 
-from ..checking.checks import CheckResult, Finding
+from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import TORCH_DTYPES
 from . import scenario

@@ -10,7 +10,7 @@ import oracle
 
 
 from ..checking.cases import fp16_eps
-from ..checking.checks import CheckResult
+from ..measuring.checks import CheckResult
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from . import scenario

@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from ..checking.checks import CheckResult, Finding
+from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from . import scenario

@@ -10,7 +10,7 @@ import torch
 
 
 from ..isolation import ranks
-from ..checking.checks import CheckResult
+from ..measuring.checks import CheckResult
 from . import scenario
 from .common import base_hparams, finish, guarded, new_result, skip, unavailable
 

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ..checking.bitwise import compare_bits, state_bits
-from ..checking.checks import CheckResult, compare_exact
+from ..measuring.checks import CheckResult, compare_exact
 from ..checking.lockstep import Lockstep
 from .common import grad_values, tensor, values
 
@@ -80,7 +80,7 @@ def counters_of(sd) -> list:
 
 
 def _plain(v):
-    from ..targets.readback import counter_value
+    from ..measuring.readback import counter_value
     return counter_value(v) if isinstance(v, (torch.Tensor, int, float)) else v
 
 

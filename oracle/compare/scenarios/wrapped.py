@@ -14,7 +14,7 @@ import time
 import torch
 
 from ..isolation import ranks
-from ..checking.checks import CheckResult
+from ..measuring.checks import CheckResult
 from .torch_wrappers import WRAPPERS
 from . import Scenario
 from .common import finish, guarded, new_result, skip, unavailable

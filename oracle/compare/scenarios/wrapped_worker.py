@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ..checking.bitwise import compare_bits
-from ..checking.checks import CheckResult, Finding, same_bits
+from ..measuring.checks import CheckResult, Finding, same_bits
 from .torch_wrappers import full
 from ..checking.lockstep import Lockstep
 from .common import rng, tensor, values

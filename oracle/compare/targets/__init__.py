@@ -11,7 +11,7 @@ gpu         CUDA-only libraries (apex, TransformerEngine, DeepSpeed CUDA ops)
 user_impl   a user's optimizer (--impl)
 declare     a target's conventions as one named record, and the class attributes that declare it
 conventions every named convention preset, by library
-readback    an optimizer's state read back in canonical float64 form
+lowbit      quantized-state optimizers (bitsandbytes 8-bit, torchao low-bit)
 master_weights  a minimal, correct FP32-master mixed-precision wrapper
 
 The registry of every target by name is oracle.compare.registry (above

@@ -1,7 +1,7 @@
 """Targets: an optimizer implementation plus the conventions it declares.
 
 A target builds a torch optimizer from parameter groups, and the harness
-steps it and reads its state back in canonical form (oracle.compare.targets.readback).
+steps it and reads its state back in canonical form (oracle.compare.measuring.readback).
 Anything that is a `torch.optim.Optimizer` works: torch's own paths, our
 fused kernels, third-party libraries, a user's class passed with --impl.
 """
@@ -38,7 +38,7 @@ class Target:
     masters: bool = False
     state_dtype: str = "param"  # dtype of moments/accumulators: "param" (torch) or "float32"
     state_names: tuple = ()     # (implementation key, canonical name) pairs, see readback.read
-    quantized: tuple = ()       # QuantEntry per state entry kept quantized (oracle.compare.quantized_state)
+    quantized: tuple = ()       # QuantEntry per state entry kept quantized (oracle.compare.measuring.quantized_state)
     options: frozenset = frozenset()
     requires: Callable[[str], str | None] = lambda device: None
     notes: str = ""
@@ -88,7 +88,7 @@ class Target:
         return f"outside {self.name}'s declared subset ({', '.join(self.subset)}): {self.subset_reason}"
 
     def read(self, opt):
-        from .readback import read
+        from ..measuring.readback import read
         return read(opt, self.state_names, self.quantized)
 
     def compute_dtype(self, storage: str) -> str:

@@ -614,7 +614,7 @@ class EngineRun:
         return master, st
 
     def read(self) -> dict:
-        from .readback import counter_value, to_numpy
+        from ..measuring.readback import counter_value, to_numpy
         masters, counters, keys, states = [], [], [], []
         for g, ps in enumerate(self.params):
             mrow, crow, krow, srow = [], [], [], []

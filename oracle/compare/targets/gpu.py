@@ -68,7 +68,7 @@ transformer_engine.pytorch.optimizers.FusedAdam
             master_weights a fp32 "master_param" that the update runs on (masters=True).
             exp_avg_dtype=bf16 stores bf16 moments (fp32 math, copy_ on store); fp16/fp8
             moments are stored SCALED by a per-tensor factor (self._scales): not readable
-            as values by oracle.compare.targets.readback, so not targets.
+            as values by oracle.compare.measuring.readback, so not targets.
   dtypes    fp32, fp16, bf16 params (a mix of fp16 and bf16 in one group raises).
 
 deepspeed.ops.adam.FusedAdam on CUDA (deepspeed 0.19.8: ops/adam/fused_adam.py,

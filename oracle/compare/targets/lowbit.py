@@ -1,6 +1,6 @@
 """Optimizers that keep their moments quantized: bitsandbytes' 8-bit blockwise optimizers and
 torchao's 8-bit, 4-bit and FP8 AdamW, on CPU. Their state is judged through its format
-(oracle.quantized; the check: oracle.compare.quantized_state).
+(oracle.quantized; the check: oracle.compare.measuring.quantized_state).
 
 Read from the installed sources (paths relative to site-packages):
 
@@ -33,7 +33,7 @@ from dataclasses import replace
 
 from oracle.lion import REFERENCE_LION
 
-from ..quantized_state import bnb_entry, torchao_entry
+from ..measuring.quantized_state import bnb_entry, torchao_entry
 from .base import Target
 from .bitsandbytes_torchao import BNB_ADAM, TORCHAO_ADAMW, _cpu_only, _version, bnb_unavailable, make_factory, torchao_unavailable
 

@@ -181,7 +181,7 @@ def load_impl(spec: str, optimizer: str | None = None, convention=None, inferred
     torch's constructor signature, or a factory returning one).
 
     The counter location is detected from state_dict() after the first step
-    (oracle.compare.targets.readback); the remaining conventions are the class's declared
+    (oracle.compare.measuring.readback); the remaining conventions are the class's declared
     ones (ORACLE_*), then those inferred for it in this run (oracle.compare.inference.infer,
     passed to worker processes), then the spec's for that optimizer.
     """

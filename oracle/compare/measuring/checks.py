@@ -1,6 +1,6 @@
 """Comparisons against the oracle and what a failure looks like.
 
-Tolerances are per element and derived (oracle.compare.checking.errmodel): the running error
+Tolerances are per element and derived (oracle.compare.measuring.errmodel): the running error
 bound of the oracle's own expression evaluated in the target's compute
 dtype, doubled, plus the rounding of the stored result. Errors are reported
 in ULPs of the storage dtype taken at the operand magnitude

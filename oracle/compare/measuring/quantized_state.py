@@ -29,8 +29,8 @@ import numpy as np
 
 from oracle import quantized as Q
 
-from .checking.checks import REORDER_FACTOR, CheckResult, Finding
-from .checking.errmodel import Bounded
+from .checks import REORDER_FACTOR, CheckResult, Finding
+from .errmodel import Bounded
 
 PREFIX = "q:"  # a snapshot's dtype for a quantized entry: "q:<format>"
 
