@@ -109,6 +109,14 @@ def ema_square(old, g, rate):
     return rate * old + (1.0 - rate) * g * g
 
 
+def decay_by_flag(p, g, lr, wd, decoupled: bool):
+    """(p, g) after a weight decay chosen by a flag (torch's decoupled_weight_decay in NAdam and RAdam):
+    decoupled on p or L2 into g; nothing at wd == 0 (torch's `if weight_decay != 0`)."""
+    if float(wd) == 0.0:
+        return p, g
+    return (decay_decoupled(p, lr, wd), g) if decoupled else (p, add_l2(g, p, wd))
+
+
 def bias_corrections(beta1: float, beta2: float, t: int, enabled: bool) -> tuple[float, float]:
     """(1 - beta1**t, 1 - beta2**t), or (1, 1) without bias correction.
 

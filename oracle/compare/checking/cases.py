@@ -96,11 +96,13 @@ class Case:
         return base
 
     def group_hparams(self) -> list[dict]:
-        """Hyperparameters per group: the base, and wd = 0 in the layout's no-decay group."""
+        """Hyperparameters per group: the base, and wd = 0 in the layout's no-decay group (for an optimizer
+        that has a weight decay: Rprop has none and refuses the key)."""
         base = self.base_hparams()
         groups = LAYOUTS[self.layout]["groups"]
         nd = LAYOUTS[self.layout].get("no_decay_group")
-        return [{**base, **({"weight_decay": 0.0} if g == nd else {})} for g in range(len(groups))]
+        no_decay = {"weight_decay": 0.0} if "weight_decay" in oracle.SPECS[self.optimizer].defaults else {}
+        return [{**base, **(no_decay if g == nd else {})} for g in range(len(groups))]
 
 
 def needed_options(optimizer: str, hparams: dict) -> frozenset:
