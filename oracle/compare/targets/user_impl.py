@@ -6,7 +6,8 @@ Adam). Its conventions default to the spec's for that optimizer; class
 attributes declare others: ORACLE_CONVENTION, ORACLE_COMPUTE ("float32" or
 "storage"), ORACLE_MASTERS, ORACLE_STATE_DTYPE, ORACLE_DTYPES, ORACLE_DEVICES,
 ORACLE_OPTIONS, ORACLE_SCALING (step() takes inv_scale= and found_inf=), ORACLE_STATE_NAMES
-(state key -> canonical name, else found by value: oracle.compare.checking.statenames) and ORACLE_DEVIATIONS
+(state key -> canonical name, else found by value: oracle.compare.checking.statenames), ORACLE_QUANTIZED
+(canonical name -> its quantized format and keys: declared_quantized) and ORACLE_DEVIATIONS
 (option -> reason: a deviation from the named algorithm meant on purpose, oracle.compare.checking.deviation). A float32
 step counter is part of the convention (counter_format="float32": it stops at 2**24).
 Whatever it does not declare is inferred (oracle.compare.inference.infer) unless --no-infer.
@@ -160,6 +161,33 @@ def declared_state_names(spec: str, obj, optimizer: str) -> tuple:
     return tuple(sorted(declared.items()))
 
 
+def declared_quantized(spec: str, obj, optimizer: str) -> tuple:
+    """ORACLE_QUANTIZED = {canonical name: format or (format, codes key, scale key, code book key)}:
+    state kept quantized (oracle.quantized.FORMATS names the formats). A format alone: the entry is a
+    tensor subclass with `codes` and `scale` (torchao's layout); with keys: uint8 codes, float32 block
+    scales and the code book under those state keys (bitsandbytes' layout). ValueError for an unknown
+    format or a name the optimizer's spec lacks."""
+    from oracle.quantized import FORMATS
+
+    from ..measuring.quantized_state import bnb_entry, torchao_entry
+    declared = getattr(obj, "ORACLE_QUANTIZED", None)
+    if declared is None:
+        return ()
+    s = oracle.SPECS[optimizer]
+    if not isinstance(declared, dict):
+        raise ValueError(f"--impl {spec}: ORACLE_QUANTIZED must be a dict of canonical name -> format, got {declared!r}")
+    out = []
+    for name, how in declared.items():
+        fmt, keys = (how, ()) if isinstance(how, str) else (how[0], tuple(how[1:]))
+        if name not in {*s.state_keys, *s.optional_state}:
+            raise ValueError(f"--impl {spec}: ORACLE_QUANTIZED names {name!r}, not state of {optimizer}")
+        if fmt not in FORMATS or len(keys) not in (0, 3):
+            raise ValueError(f"--impl {spec}: ORACLE_QUANTIZED[{name!r}] must be a format ({', '.join(FORMATS)}) "
+                             f"or (format, codes key, scale key, code book key), got {how!r}")
+        out.append(bnb_entry(name, fmt, *keys) if keys else torchao_entry(name, fmt))
+    return tuple(out)
+
+
 def hparams_not_taken(obj, optimizer: str) -> frozenset:
     """The spec's hyperparameters the constructor has no parameter for (none when it takes **kwargs,
     or its signature cannot be read): never passed to it; a case setting one is a skip (run.run_case)."""
@@ -203,6 +231,7 @@ def from_object(obj, spec: str, optimizer: str | None = None, convention=None, i
                     make=lambda groups, defaults: obj(groups, **{k: v for k, v in defaults.items() if k not in absent}),
                     deviations=declared_deviations(spec, obj, opt),
                     state_names=declared_state_names(spec, obj, opt),
+                    quantized=declared_quantized(spec, obj, opt),
                     convention=conv, devices=tuple(getattr(obj, "ORACLE_DEVICES", ("cpu", "cuda"))),
                     dtypes=tuple(getattr(obj, "ORACLE_DTYPES", ("float32", "bfloat16", "float16"))),
                     compute=getattr(obj, "ORACLE_COMPUTE", "float32"),
