@@ -42,12 +42,11 @@ class RpropConvention:
     form: str = "irprop-"
     counter: str = "param"
     fp32_hparams: bool = False
-    counter_format: str = "exact"  # how the counter nothing reads is stored (torch: a float32 tensor)
 
     def __post_init__(self):
         if self.form not in FORMS_:
             raise ValueError(f"form must be one of {FORMS_}, got {self.form!r}")
-        check_counter(self.counter, self.counter_format)
+        check_counter(self.counter)
 
 
 TORCH_RPROP = RpropConvention()
@@ -103,7 +102,7 @@ def step(params, grads, state: OptState, hparams, conv: RpropConvention = TORCH_
     """One optimizer step over all groups; returns (new params, new state)."""
     hps = validate(hparams)
     return drive(params, grads, state, hps, conv.counter, scaling,
-                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], conv), conv.counter_format)
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], conv))
 
 
 # Every value of every option, classified against the reference form (oracle.forms; checked in
@@ -124,11 +123,6 @@ FORMS = {
     "fp32_hparams": {False: ref("hyperparameters as given"),
                      True: Form(EQUIVALENT, "lr, etas and step-size bounds held as float32: rounding of the inputs "
                                             "only", roundoff=FP32_HPARAMS)},
-    "counter_format": {
-        "exact": ref("an exact integer counter"),
-        "float32": Form(EQUIVALENT, "a float32 counter (torch): it stops at 2**24, and nothing reads it"),
-        "bfloat16": Form(EQUIVALENT, "a bfloat16 counter: it stops at 256, and nothing reads it"),
-    },
 }
 
 SPECS = (OptimizerSpec(name="rprop", step=step, validate=validate, convention=TORCH_RPROP, forms=FORMS,

@@ -101,13 +101,8 @@ class Case:
         base = self.base_hparams()
         groups = LAYOUTS[self.layout]["groups"]
         nd = LAYOUTS[self.layout].get("no_decay_group")
-        return [without_decay(self.optimizer, base) if g == nd else dict(base) for g in range(len(groups))]
-
-
-def without_decay(optimizer: str, hp: dict) -> dict:
-    """`hp` for a no-decay group: weight_decay = 0 where the optimizer has a weight decay (Rprop has
-    none, and its constructor refuses the key)."""
-    return {**hp, "weight_decay": 0.0} if "weight_decay" in oracle.SPECS[optimizer].defaults else dict(hp)
+        no_decay = {"weight_decay": 0.0} if "weight_decay" in oracle.SPECS[self.optimizer].defaults else {}
+        return [{**base, **(no_decay if g == nd else {})} for g in range(len(groups))]
 
 
 def needed_options(optimizer: str, hparams: dict) -> frozenset:

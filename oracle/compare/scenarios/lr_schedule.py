@@ -8,7 +8,6 @@ import torch
 from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
-from ..checking.cases import without_decay
 from . import scenario
 from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 
@@ -34,7 +33,7 @@ def run_lr_schedule(target, device="cpu", seed=0):
     taking lr as an input."""
     t0 = time.perf_counter()
     base = dict(base_hparams(target.optimizer) or {})
-    hp = [base, without_decay(target.optimizer, base)]
+    hp = [base, {**base, "weight_decay": 0.0}]
     result = new_result(target, "lr_schedule", "fp32/" + ",".join(f"x{f:g}@{k}" for k, f in SCHEDULE.items()),
                         "float32", hp, seed, LR_STEPS)
     reason = unavailable(target, device)

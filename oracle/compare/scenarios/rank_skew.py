@@ -11,7 +11,6 @@ import torch
 
 from ..isolation import ranks
 from ..measuring.checks import CheckResult
-from ..checking.cases import without_decay
 from . import scenario
 from .common import base_hparams, finish, guarded, new_result, skip, unavailable
 
@@ -83,7 +82,7 @@ def merge_ranks(checks: dict, per_rank: list, label: str) -> None:
 
 def rank_skew_hparams(optimizer: str) -> list[dict]:
     base = (base_hparams(optimizer) or {})
-    return [dict(base), without_decay(optimizer, base)]
+    return [dict(base), {**base, "weight_decay": 0.0}]
 
 
 def launch_ranks(spec, target, device, seed, world, timeout, spawn=False):
