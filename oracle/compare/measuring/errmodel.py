@@ -147,13 +147,21 @@ def _square(s, a):
 
 
 def _power(s, a, b):
-    """a**n for an exact integer exponent n (a step counter), one rounding:
-    relative error n times a's plus u."""
+    """a**n. An integer n is a step counter, held exactly: relative error n times a's, plus
+    one rounding. A non-integer n is a hyperparameter (ASGD's alpha) held in the compute
+    dtype, so its own error adds |r·ln a|·e_n; and a non-integer power is a libm/SLEEF call
+    that is faithful, not correctly rounded (within 1 ULP: glibc powf, SLEEF's u10 pow), so
+    it rounds twice over (2u, not u)."""
     n = b.v
+    integer = np.all(np.mod(n, 1.0) == 0)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         r = a.v ** n
         rel = np.where(a.v != 0, a.e / np.abs(np.where(a.v != 0, a.v, 1.0)), 0.0)
-    return s._round(r, np.abs(n) * np.abs(r) * rel)
+        e = np.abs(n) * np.abs(r) * rel
+        if integer:
+            return s._round(r, e)
+        e = e + np.abs(r * np.log(np.abs(np.where(a.v != 0, a.v, 1.0)))) * b.e
+        return s._round(r, e + s.u * np.abs(r))
 
 
 def _absolute(s, a):
@@ -176,11 +184,12 @@ def _sum(x, axis=None, **_):
 
 
 def _like(fill):
-    def make(x, fill_value=None, **_):
+    def make(x, fill_value=None, **kwargs):
         val = fill if fill_value is None else fill_value
         ref = x.v if isinstance(x, Bounded) else np.asarray(x)
         u = getattr(x, "u", 0.0)
-        arr = np.full_like(ref, val, dtype=np.float64)
+        # shape=() makes a 0-dim scalar (ASGD's per-param eta) as NumPy's full_like does
+        arr = np.full_like(ref, val, dtype=np.float64, shape=kwargs.get("shape"))
         # a constant the kernel holds in its compute dtype (0 is exact)
         return Bounded(arr, np.where(arr != 0, u * np.abs(arr) + underflow_floor(u), 0.0), u)
     return make
