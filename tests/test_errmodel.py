@@ -178,3 +178,34 @@ def test_absolute_keeps_the_error_and_a_max_of_it_covers_float32():
     got = np.maximum(u.astype(f) * f(0.999), np.abs(g.astype(f)) + f(1e-3)).astype(np.float64)
     assert np.all(np.abs(got - bound.v) <= bound.e)
     assert np.all(bound.e > 0)
+
+
+def test_asgd_compute_schedule_covers_both_torch_paths():
+    """torch ASGD's foreach path forms eta = lr/((1 + lambd*lr*step)**alpha) in float32 tensor ops
+    (step a float32 tensor, `lr / x` as reciprocal times lr); its forloop rounds the float64 value
+    once. Both lie within the bound of schedule_precision="compute", which is not vacuous."""
+    import torch
+    from oracle import asgd
+    worst = 0.0
+    for lr, lambd, alpha in ((1e-2, 0.5, 0.75), (5e-2, 0.1, 0.5), (1e-2, 1e-4, 0.75), (0.3, 2.0, 0.7)):
+        for t in range(1, 400, 7):
+            like = Bounded(np.zeros(3), None, U)
+            eta, _ = asgd.schedule(lr, lambd, alpha, 1e6, t, like, "compute")
+            assert eta.v.shape == ()  # a 0-dim scalar, as torch's state
+            step = torch.tensor(float(t), dtype=torch.float32)
+            foreach = float(lr / ((1 + lambd * lr * step) ** alpha))
+            forloop = float(torch.as_tensor(lr / ((1 + lambd * lr * float(t)) ** alpha), dtype=torch.float32))
+            for got in (foreach, forloop):
+                assert abs(got - eta.v) <= eta.e, (lr, lambd, alpha, t, got, float(eta.v), float(eta.e))
+                worst = max(worst, abs(got - eta.v) / eta.e)
+            assert eta.e < 16 * U * abs(eta.v)  # a handful of roundings, not vacuous
+    assert worst > 0.05  # the bound is reached in part: it is not loose by orders of magnitude
+
+
+def test_power_with_a_non_integer_exponent_carries_its_error_and_a_faithful_rounding():
+    a = Bounded(np.array([1.5]), np.array([0.0]), U)
+    whole = a ** 3  # an integer exponent (a counter): exact, one rounding
+    np.testing.assert_allclose(whole.e, U * 1.5 ** 3)
+    frac = a ** 0.7  # a hyperparameter held in float32: its rounding propagates through ln a
+    r = 1.5 ** 0.7
+    np.testing.assert_allclose(frac.e, abs(r * np.log(1.5)) * U * 0.7 + 2 * U * r)
