@@ -48,10 +48,11 @@ def run_rank_skew(target, device="cpu", seed=0, worlds=RANK_SKEW_WORLDS, timeout
     if reason:
         return skip(result, reason)
     spec = target_spec(target)
-    spawn = spawn or device.startswith("cuda")
+    spawn = spawn or device.startswith("cuda") or bool(target.no_fork)
     if spec is None and spawn:
         return skip(result, f"{target.name} cannot be reconstructed in a spawned worker process "
-                            "(neither a builtin target nor an impl:module:Name spec); CUDA needs spawn")
+                            "(neither a builtin target nor an impl:module:Name spec); "
+                            + (target.no_fork or "CUDA needs spawn"))
     checks, notes = {}, []
     for world in worlds:
         per_rank, err = launch_ranks(spec, target, device, seed, world, timeout, spawn)
