@@ -83,6 +83,15 @@ def held(hp: dict, conv, *names):
     return out[0] if len(out) == 1 else out
 
 
+def new_state(like, value):
+    """State an implementation creates inside a step, filled with a constant (Rprop's step_size <- lr).
+    It is held in the state's storage format, which may be narrower than the compute dtype: an
+    array type that knows that format (oracle.compare.measuring.errmodel.Bounded.new_state) rounds
+    the constant there; a plain array is filled exactly."""
+    fill = getattr(like, "new_state", None)
+    return fill(value) if fill is not None else np.full_like(like, value)
+
+
 def ascent(g, hp: dict):
     """maximize: the update climbs, as on -g (torch's maximize negates the grad first)."""
     return -g if hp.get("maximize") else g

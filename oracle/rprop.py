@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import GradScaling, OptState, ascent, check_counter, drive, held
+from .common import GradScaling, OptState, ascent, check_counter, drive, held, new_state
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, Form, ref
 from .hparams import check_range, validated
 from .spec import NO_PRECISION_ROLE, STEP_SIZE, OptimizerSpec, Role
@@ -86,7 +86,7 @@ def clamp(x, lo, hi):
 def update(p, g, st, hp, conv: RpropConvention):
     """One Rprop update of one param; returns (new p, new state entry)."""
     lr, (etaminus, etaplus), (lo, hi) = held(hp, conv, "lr", "etas", "step_sizes")
-    st = {"prev": np.zeros_like(p), "step_size": np.full_like(p, lr), **st}
+    st = {"prev": np.zeros_like(p), "step_size": new_state(p, lr), **st}
     g = ascent(g, hp)
     s = np.sign(g * st["prev"])
     eta = np.where(s > 0, etaplus, np.where(s < 0, etaminus, 1.0))

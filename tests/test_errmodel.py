@@ -209,3 +209,24 @@ def test_power_with_a_non_integer_exponent_carries_its_error_and_a_faithful_roun
     frac = a ** 0.7  # a hyperparameter held in float32: its rounding propagates through ln a
     r = 1.5 ** 0.7
     np.testing.assert_allclose(frac.e, abs(r * np.log(1.5)) * U * 0.7 + 2 * U * r)
+
+
+def test_state_filled_in_a_narrower_format_carries_its_rounding():
+    """Rprop's step_size starts as lr. A float32-math kernel keeping bf16 state (torch.rprop.compiled
+    on bf16 params: inductor computes in fp32, the state is bf16) steps with lr rounded to bf16 at
+    step 1; the bound must see that rounding, and does only when the param says its state is bf16."""
+    from oracle import rprop
+    from oracle.storage import round_to
+    lr = 0.0103  # bf16(lr) is 0.24 of a bf16 ULP (1.5e-5) away: far beyond a float32 rounding
+    p = np.array([1e-3, -2e-3, 5e-4])  # small params: the update dominates
+    g = np.array([1.0, -1.0, 1.0])
+    hp = rprop.validate([{"lr": lr}])[0]
+    off = abs(float(round_to(np.array([lr]), "bfloat16")[0]) - lr)
+    got = p - np.sign(g) * float(round_to(np.array([lr]), "bfloat16")[0])  # what the kernel computes, exactly
+    same, _ = rprop.update(Bounded(p, None, U), Bounded(g, None, U), {}, hp, rprop.TORCH_RPROP)
+    assert np.all(same.e < off)  # float32 state: the fill is one float32 rounding, the bf16 one is not covered
+    narrow, st = rprop.update(Bounded(p, None, U, state_u=unit_roundoff("bfloat16")), Bounded(g, None, U), {}, hp,
+                              rprop.TORCH_RPROP)
+    assert np.all(np.abs(got - narrow.v) <= narrow.e)
+    assert np.all(narrow.e < 4 * off)  # and no more than a few such roundings
+    assert np.all(st["step_size"].e >= off)

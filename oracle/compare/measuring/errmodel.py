@@ -37,13 +37,28 @@ def as_bounded(x, compute: str):
 class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
     __array_priority__ = 100
 
-    def __init__(self, value, err=None, u=0.0, eta=None):
+    def __init__(self, value, err=None, u=0.0, eta=None, state_u=None):
         self.v = np.asarray(value, dtype=np.float64)
         self.e = np.zeros_like(self.v) if err is None else np.asarray(err, dtype=np.float64)
         self.u = u
         # absolute error floor of one rounding: half the smallest subnormal of
         # the compute format (underflow), derived from u when not given
         self.eta = underflow_floor(u) if eta is None else eta
+        # unit roundoff of the format the implementation stores this param's state in, where it
+        # differs from the compute dtype (a float32-math kernel keeping bf16 state); None: the same.
+        # Only an input param carries it: it decides how new_state rounds a constant.
+        self.state_u = state_u
+
+    def new_state(self, value):
+        """State the implementation fills with a constant inside a step (oracle.common.new_state:
+        Rprop's step_size <- lr), shaped like this param. Filled in the compute dtype and held
+        there: one rounding (u). Held in another format (state_u): that format's rounding too,
+        since the step then reads the stored value (a bf16 step_size is lr rounded to bf16)."""
+        v = np.full_like(self.v, value, dtype=np.float64)
+        rel, floor = self.u, self.eta
+        if self.state_u is not None and self.state_u != self.u:
+            rel, floor = self.u + self.state_u, self.eta + underflow_floor(self.state_u)
+        return Bounded(v, np.where(v != 0, rel * np.abs(v) + floor, 0.0), self.u, self.eta)
 
     # --- construction helpers
     def _lift(self, x):
@@ -83,7 +98,7 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
         return self.v.shape
 
     def copy(self):
-        return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta)
+        return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta, self.state_u)
 
 
 def _exact_zero(a):
