@@ -36,6 +36,7 @@ def test_adam_bias_correction_is_declared_float32():
     # the same float32 counter as eager torch: it saturates at 2**24 (the long_horizon scenario)
     assert find("torch.adamw.compiled").convention.counter_format == "float32"
     assert find("torch.nadam.compiled").convention.schedule_precision == "compute"
+    assert find("torch.radam.compiled").convention.schedule_precision == "compute"
 
 
 @NEEDS_CC

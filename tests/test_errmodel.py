@@ -230,3 +230,26 @@ def test_state_filled_in_a_narrower_format_carries_its_rounding():
     assert np.all(np.abs(got - narrow.v) <= narrow.e)
     assert np.all(narrow.e < 4 * off)  # and no more than a few such roundings
     assert np.all(st["step_size"].e >= off)
+
+
+def test_radam_compute_schedule_covers_torch_float32_step_tensor():
+    """Compiled torch RAdam forms bc1, bc2, rho_t and r from the float32 step tensor (_single_tensor_radam
+    with a tensor step); each lies within the bound of schedule_precision="compute"."""
+    import torch
+    from oracle import radam
+    for b1, b2 in ((0.9, 0.999), (0.8, 0.95)):
+        for t in list(range(1, 40)) + [100, 1000, 10_000]:
+            bc1, bc2, r = radam.compute_schedule(b1, b2, t, Bounded(np.zeros(2), None, U))
+            step = torch.tensor(float(t))
+            tb1, tb2 = 1 - b1 ** step, 1 - b2 ** step
+            rho_inf = 2 / (1 - b2) - 1
+            rho_t = rho_inf - 2 * step * (b2 ** step) / tb2
+            for got, want in ((tb1, bc1), (tb2, bc2)):
+                assert abs(float(got) - want.v) <= want.e
+            assert (r is None) == (not float(rho_t) > 5.0)
+            if r is not None:
+                tr = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+                assert abs(float(tr) - r.v) <= r.e, (b1, b2, t, float(tr), float(r.v), float(r.e))
+                host = radam.rectification(b2, t)
+                # the same value in exact arithmetic (float64 cancels too: rho_t loses ~5 digits at t = 7)
+                assert abs(host - r.v) < 1e-9 * host
