@@ -12,7 +12,7 @@ import torch
 from ..isolation import ranks
 from ..measuring.checks import CheckResult
 from . import scenario
-from .common import base_hparams, finish, guarded, new_result, skip, unavailable
+from .common import base_hparams, without_decay, finish, guarded, new_result, skip, unavailable
 
 
 RANK_SKEW_WORLDS = (2, 4)
@@ -83,7 +83,7 @@ def merge_ranks(checks: dict, per_rank: list, label: str) -> None:
 
 def rank_skew_hparams(optimizer: str) -> list[dict]:
     base = (base_hparams(optimizer) or {})
-    return [dict(base), {**base, "weight_decay": 0.0}]
+    return [dict(base), without_decay(optimizer, base)]
 
 
 def launch_ranks(spec, target, device, seed, world, timeout, spawn=False):
