@@ -83,12 +83,13 @@ def held(hp: dict, conv, *names):
     return out[0] if len(out) == 1 else out
 
 
-def new_state(like, value):
-    """State an implementation creates inside a step, filled with a constant (Rprop's step_size <- lr).
-    It is held in the state's storage format, which may be narrower than the compute dtype: an
-    array type that knows that format (oracle.compare.measuring.errmodel.Bounded.new_state) rounds
-    the constant there; a plain array is filled exactly."""
-    fill = getattr(like, "new_state", None)
+def filled(like, value):
+    """A tensor an implementation makes inside a step filled with a constant, in the format it keeps
+    the param's state in (torch: the param's dtype): Rprop's step_size <- lr, and torch Rprop's sign
+    tensor that etaplus/etaminus are written into. That format may be narrower than the compute dtype
+    (bf16 state, fp32 math): an array type that knows it (oracle.compare.measuring.errmodel.Bounded.filled)
+    rounds the constant there; a plain array is filled exactly."""
+    fill = getattr(like, "filled", None)
     return fill(value) if fill is not None else np.full_like(like, value)
 
 

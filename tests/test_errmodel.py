@@ -253,3 +253,24 @@ def test_radam_compute_schedule_covers_torch_float32_step_tensor():
                 host = radam.rectification(b2, t)
                 # the same value in exact arithmetic (float64 cancels too: rho_t loses ~5 digits at t = 7)
                 assert abs(host - r.v) < 1e-9 * host
+
+
+def test_rprop_etas_held_in_the_state_format_are_covered():
+    """Compiled torch Rprop on bf16 params writes etaplus into sign's bf16 tensor (1.2 -> 1.203125) and
+    multiplies in fp32: the step size it keeps lies within the bound once the param says its state
+    format is bf16, and not with a float32 one (0.6 of a bf16 ULP was measured against a 0.5 bound)."""
+    from oracle import rprop
+    from oracle.storage import round_to
+    bf = "bfloat16"
+    step_size = round_to(np.array([0.0120, 0.0144, 0.0300]), bf)  # a stored bf16 step size
+    prev, g = np.array([1.0, 1.0, 1.0]), np.array([1.0, 2.0, 0.5])  # same signs: eta = etaplus
+    p = np.array([0.5, -0.25, 0.125])
+    hp = rprop.validate([{"lr": 1e-2}])[0]
+    eta_bf16 = float(round_to(np.array([1.2]), bf)[0])
+    got = (step_size.astype(np.float32) * np.float32(eta_bf16)).astype(np.float64)  # fp32 math, before the store
+    st = {"prev": Bounded(prev, None, U), "step_size": Bounded(step_size, None, U)}
+    for state_u, covered in ((unit_roundoff(bf), True), (None, False)):
+        _, new = rprop.update(Bounded(p, None, U, state_u=state_u), Bounded(g, None, U), dict(st), hp,
+                              rprop.TORCH_RPROP)
+        ss = new["step_size"]
+        assert np.all(np.abs(got - ss.v) <= ss.e) == covered

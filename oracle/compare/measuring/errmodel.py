@@ -46,14 +46,15 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
         self.eta = underflow_floor(u) if eta is None else eta
         # unit roundoff of the format the implementation stores this param's state in, where it
         # differs from the compute dtype (a float32-math kernel keeping bf16 state); None: the same.
-        # Only an input param carries it: it decides how new_state rounds a constant.
+        # Only an input param carries it: it decides how filled rounds a constant.
         self.state_u = state_u
 
-    def new_state(self, value):
-        """State the implementation fills with a constant inside a step (oracle.common.new_state:
-        Rprop's step_size <- lr), shaped like this param. Filled in the compute dtype and held
-        there: one rounding (u). Held in another format (state_u): that format's rounding too,
-        since the step then reads the stored value (a bf16 step_size is lr rounded to bf16)."""
+    def filled(self, value):
+        """A tensor the implementation fills with a constant inside a step, in its state format
+        (oracle.common.filled: Rprop's step_size <- lr, torch Rprop's etas in the grad's dtype), shaped
+        like this param. Filled in the compute dtype and held there: one rounding (u). Held in another
+        format (state_u): that format's rounding too, since the step then reads the stored value (a bf16
+        step_size is lr rounded to bf16; compiled torch Rprop multiplies by etaplus = 1.2 as bf16 1.203125)."""
         v = np.full_like(self.v, value, dtype=np.float64)
         rel, floor = self.u, self.eta
         if self.state_u is not None and self.state_u != self.u:
