@@ -37,6 +37,7 @@ def test_adam_bias_correction_is_declared_float32():
     assert find("torch.adamw.compiled").convention.counter_format == "float32"
     assert find("torch.nadam.compiled").convention.schedule_precision == "compute"
     assert find("torch.radam.compiled").convention.schedule_precision == "compute"
+    assert find("torch.adamax.compiled").convention.bias_correction_precision == "compute"
 
 
 @NEEDS_CC
