@@ -269,10 +269,17 @@ def first_moment(m, g, b1, t, bc1, conv: AdamConvention):
     return b1 * (m / bc1_next) + (1.0 - b1) * (g / bc1)
 
 
-def nadam_apply(p, g, m, denom, st, lr, b1, psi, t):
-    """torch NAdam's two-term step with the momentum-decay schedule."""
-    mu = b1 * (1.0 - 0.5 * math.pow(0.96, t * psi))
-    mu_next = b1 * (1.0 - 0.5 * math.pow(0.96, (t + 1) * psi))
+def nadam_apply(p, g, m, denom, st, lr, b1, psi, t, like=None):
+    """torch NAdam's two-term step with the momentum-decay schedule: mu and mu' host floats, or,
+    given `like`, 0-dim array operations of its type with t a tensor (torch's compiled and
+    capturable paths: an error-tracking array then counts each rounding)."""
+    if like is None:
+        mu = b1 * (1.0 - 0.5 * math.pow(0.96, t * psi))
+        mu_next = b1 * (1.0 - 0.5 * math.pow(0.96, (t + 1) * psi))
+    else:
+        step = np.full_like(like, t, shape=())
+        mu = b1 * (1.0 - 0.5 * 0.96 ** (step * psi))
+        mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((step + 1.0) * psi))
     prod = st["mu_product"] = st["mu_product"] * mu
     p = p - (lr * (1.0 - mu) / (1.0 - prod)) * (g / denom)
     return p - (lr * mu_next / (1.0 - prod * mu_next)) * (m / denom)

@@ -25,7 +25,9 @@ divides 0 by 0 on such an element.
 torch's foreach path (_multi_tensor_adamax) performs the same operations in
 the same order (lerp, b2*u, |g|, + eps, maximum, addcdiv); it differs from the
 forloop path in rounding only. Its counter is a per-param float32 tensor
-(counter_format, oracle.common.COUNTER_FORMATS).
+(counter_format, oracle.common.COUNTER_FORMATS). Under torch.compile the counter's value is that
+tensor (_get_value), so 1 - b1^t and lr/bc1 (Tensor.__rdiv__: reciprocal times lr) are float32
+tensor operations: bias_correction_precision="compute", Adam's option of the same name.
 """
 from __future__ import annotations
 
@@ -49,11 +51,19 @@ class AdamaxConvention:
     counter: str = "param"
     fp32_hparams: bool = False
     counter_format: str = "exact"
+    # 1 - b1^t and lr/bc1: "float64" on the host, "compute" as array operations in the compute dtype
+    bias_correction_precision: str = "float64"
 
     def __post_init__(self):
         if self.eps_mode not in EPS_MODES:
             raise ValueError(f"eps_mode must be one of {EPS_MODES}, got {self.eps_mode!r}")
         check_counter(self.counter, self.counter_format)
+        if self.bias_correction_precision not in BC_PRECISIONS:
+            raise ValueError(f"bias_correction_precision must be one of {BC_PRECISIONS}, "
+                             f"got {self.bias_correction_precision!r}")
+
+
+BC_PRECISIONS = ("float64", "compute")
 
 
 TORCH_ADAMAX = AdamaxConvention()
@@ -85,6 +95,9 @@ def update(p, g, st, hp, t, conv: AdamaxConvention):
     m = st["exp_avg"] = ema(st.get("exp_avg", np.zeros_like(p)), g, b1)
     u = st["exp_inf"] = infinity_norm(st.get("exp_inf", np.zeros_like(p)), g, b2, eps, conv.eps_mode)
     d = u if conv.eps_mode == "max" else u + eps
+    if conv.bias_correction_precision == "compute":
+        bc1 = 1.0 - b1 ** np.full_like(p, t, shape=())
+        return p - (1.0 / bc1 * lr) * (m / d), st
     bc1, _ = bias_corrections(b1, b2, t, True)
     return p - (lr / bc1) * (m / d), st
 
@@ -113,6 +126,11 @@ FORMS = {
     "fp32_hparams": {False: ref("hyperparameters as given"),
                      True: Form(EQUIVALENT, "hyperparameters held as float32: rounding of the inputs only",
                                  roundoff=FP32_HPARAMS)},
+    "bias_correction_precision": {
+        "float64": ref("1 - beta1^t and lr/bc1 on the host in float64 (torch's eager paths)"),
+        "compute": Form(EQUIVALENT, "1 - beta1^t and lr/bc1 formed in the compute dtype from the float32 step "
+                                    "tensor: the same value, other rounding (torch.compile'd Adamax)"),
+    },
     "counter_format": {
         "exact": ref("an exact integer counter"),
         "float32": Form(EQUIVALENT, "a float32 counter: exact up to 2**24 steps (torch); its saturation is judged "

@@ -14,6 +14,15 @@ torch.optim.ASGD's order of operations, _single_tensor_asgd):
     eta  <- lr / (1 + lambd*lr*t)^alpha        per-param scalar state, from the host in float64
     mu   <- 1 / max(1, t - t0)                 per-param scalar state
 
+The step-size schedule is formed either on the host in float64 (torch's forloop path:
+`_get_value(step)` is a Python float, so eta is one rounding of the exact value) or as
+array operations in the compute dtype (`schedule_precision="compute"`: torch's foreach
+path without capturable evaluates lr/((1 + lambd*lr*step)**alpha) with `step` its float32
+tensor, five float32 operations; compiled and capturable code likewise). Same value in
+exact arithmetic; under "compute" the derived tolerance counts each of those roundings.
+torch's preset is "compute": its forloop's single rounding lies within that bound too, and
+one preset covers both paths (and the compiled one).
+
 torch's forloop path copies p into ax where mu == 1 instead of forming
 ax + 1*(p - ax): the same value in exact arithmetic, written here in the one
 form both paths share. Its foreach path (_multi_tensor_asgd) differs in
@@ -41,12 +50,21 @@ class ASGDConvention:
     counter: str = "param"
     fp32_hparams: bool = False
     counter_format: str = "exact"
+    # eta's schedule: "float64" on the host, "compute" as array operations in the compute dtype
+    schedule_precision: str = "float64"
 
     def __post_init__(self):
         check_counter(self.counter, self.counter_format)
+        if self.schedule_precision not in SCHEDULE_PRECISIONS:
+            raise ValueError(f"schedule_precision must be one of {SCHEDULE_PRECISIONS}, "
+                             f"got {self.schedule_precision!r}")
 
 
-TORCH_ASGD = ASGDConvention()
+SCHEDULE_PRECISIONS = ("float64", "compute")
+# torch.optim.ASGD: the foreach path forms eta in float32 tensor ops (the forloop's one rounding
+# of the float64 value lies within the bound that counts them), see the module docstring
+TORCH_ASGD = ASGDConvention(schedule_precision="compute")
+REFERENCE_ASGD = ASGDConvention()
 
 DEFAULTS = {"lr": 1e-2, "lambd": 1e-4, "alpha": 0.75, "t0": 1e6, "weight_decay": 0.0, "maximize": False}
 # lambd*eta is the per-step decay p*(1 - lambd*eta), a decay coefficient like wd; alpha is the
@@ -60,9 +78,18 @@ def validate(hparams: list[dict]) -> list[dict]:
     return validated(hparams, DEFAULTS, ROLES)
 
 
-def schedule(lr, lambd, alpha, t0, t) -> tuple:
-    """(eta, mu) after step t: the next step's step size and averaging weight."""
-    return np.float64(lr / math.pow(1.0 + lambd * lr * t, alpha)), np.float64(1.0 / max(1.0, t - t0))
+def schedule(lr, lambd, alpha, t0, t, like=None, precision: str = "float64") -> tuple:
+    """(eta, mu) after step t: the next step's step size and averaging weight. Under
+    precision="compute" eta is formed as 0-dim array operations of `like`'s type, in torch
+    foreach's order (an error-tracking array (oracle.compare.measuring.errmodel) then counts
+    each rounding); mu is always one division of Python numbers (torch reads t as a float)."""
+    mu = np.float64(1.0 / max(1.0, t - t0))
+    if precision == "compute":
+        # lambd*lr is a Python product, then one tensor op per operator; `lr / tensor` is
+        # Tensor.__rdiv__, reciprocal() times lr: two roundings
+        step = np.full_like(like, t, shape=())
+        return 1.0 / (step * (lambd * lr) + 1.0) ** alpha * lr, mu
+    return np.float64(lr / math.pow(1.0 + lambd * lr * t, alpha)), mu
 
 
 def update(p, g, st, hp, t, conv: ASGDConvention):
@@ -74,7 +101,7 @@ def update(p, g, st, hp, t, conv: ASGDConvention):
     p = decay_decoupled(p, eta, lambd) - eta * g
     ax = st.get("ax", np.zeros_like(p))
     st["ax"] = ax + mu * (p - ax)
-    st["eta"], st["mu"] = schedule(lr, lambd, alpha, t0, t)
+    st["eta"], st["mu"] = schedule(lr, lambd, alpha, t0, t, p, conv.schedule_precision)
     return p, st
 
 
@@ -99,6 +126,11 @@ FORMS = {
     "fp32_hparams": {False: ref("hyperparameters as given"),
                      True: Form(EQUIVALENT, "hyperparameters held as float32: rounding of the inputs only",
                                  roundoff=FP32_HPARAMS)},
+    "schedule_precision": {
+        "float64": ref("eta's schedule on the host in float64"),
+        "compute": Form(EQUIVALENT, "eta's schedule formed in the compute dtype: the same value, other rounding "
+                                    "(torch's foreach, compiled and capturable paths)"),
+    },
     "counter_format": {
         "exact": ref("an exact integer counter"),
         "float32": Form(EQUIVALENT, "a float32 counter: exact up to 2**24 steps (torch); its saturation is judged "
@@ -108,7 +140,8 @@ FORMS = {
     },
 }
 
-SPECS = (OptimizerSpec(name="asgd", step=step, validate=validate, convention=TORCH_ASGD, state_keys=("ax",),
+SPECS = (OptimizerSpec(name="asgd", step=step, validate=validate, convention=TORCH_ASGD, reference=REFERENCE_ASGD,
+                       state_keys=("ax",),
                        forms=FORMS, defaults=DEFAULTS, roles=ROLES, options=frozenset({"maximize"}),
                        counter_hparams=("lambd",),
                        summary="ASGD, averaged SGD with a decaying step size (torch.optim.ASGD)",

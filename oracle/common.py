@@ -83,6 +83,16 @@ def held(hp: dict, conv, *names):
     return out[0] if len(out) == 1 else out
 
 
+def filled(like, value):
+    """A tensor an implementation makes inside a step filled with a constant, in the format it keeps
+    the param's state in (torch: the param's dtype): Rprop's step_size <- lr, and torch Rprop's sign
+    tensor that etaplus/etaminus are written into. That format may be narrower than the compute dtype
+    (bf16 state, fp32 math): an array type that knows it (oracle.compare.measuring.errmodel.Bounded.filled)
+    rounds the constant there; a plain array is filled exactly."""
+    fill = getattr(like, "filled", None)
+    return fill(value) if fill is not None else np.full_like(like, value)
+
+
 def ascent(g, hp: dict):
     """maximize: the update climbs, as on -g (torch's maximize negates the grad first)."""
     return -g if hp.get("maximize") else g

@@ -21,7 +21,10 @@ momentum schedule):
 The scalar coefficients (mu, mu', the two step sizes) are host floats (float64) in torch's forloop
 and foreach paths; P is a 0-dim tensor in the default dtype (float32 in the engine's runs), so it is
 state here (a scalar, oracle.common.SCALAR_STATE) and its rounding is the implementation's.
-The two eps forms are the same in exact arithmetic; they differ by where a float32 or bfloat16
+Under torch.compile (and capturable) t is the float32 step tensor itself, so bc2, mu, mu' and
+the two step sizes are float32 tensor operations: `schedule_precision="compute"` forms them as
+array operations (the same values in exact arithmetic; the derived tolerance counts their
+roundings). The two eps forms are the same in exact arithmetic; they differ by where a float32 or bfloat16
 kernel rounds, so each is its own option. The math is oracle.adam's (moments, denominator,
 nadam_apply: torch.optim.Adam's nadam option is this update), held here as an optimizer of its own.
 """
@@ -38,6 +41,7 @@ from .hparams import validated
 from .spec import DECAY, FIRST_MOMENT_RATE, GUARD, NO_PRECISION_ROLE, SECOND_MOMENT_RATE, STEP_SIZE, OptimizerSpec, Role
 
 EPS_MODES = ("outside_corrected", "outside")
+SCHEDULE_PRECISIONS = ("float64", "compute")
 
 
 @dataclass(frozen=True)
@@ -48,10 +52,15 @@ class NAdamConvention:
     counter: str = "param"
     counter_format: str = "exact"
     fp32_hparams: bool = False
+    # bc2 and the mu schedule: "float64" host floats, "compute" array operations in the compute dtype
+    schedule_precision: str = "float64"
 
     def __post_init__(self):
         if self.eps_mode not in EPS_MODES:
             raise ValueError(f"eps_mode must be one of {EPS_MODES}, got {self.eps_mode!r}")
+        if self.schedule_precision not in SCHEDULE_PRECISIONS:
+            raise ValueError(f"schedule_precision must be one of {SCHEDULE_PRECISIONS}, "
+                             f"got {self.schedule_precision!r}")
         check_counter(self.counter, self.counter_format)
 
 
@@ -82,6 +91,10 @@ def update(p, g, st, hp, t, conv: NAdamConvention):
     st = {**init_state(p), **st}
     p, g = decay_by_flag(p, ascent(g, hp), lr, wd, hp["decoupled_weight_decay"])
     m, v = st["exp_avg"], st["exp_avg_sq"] = moments(st, g, b1, b2, 1.0 - b1)
+    if conv.schedule_precision == "compute":
+        like = np.full_like(p, 0.0, shape=())
+        denom = denominator(v, 1.0 - np.full_like(like, b2) ** t, eps, conv.eps_mode)
+        return nadam_apply(p, g, m, denom, st, lr, b1, psi, t, like), st
     denom = denominator(v, 1.0 - b2 ** t, eps, conv.eps_mode)
     return nadam_apply(p, g, m, denom, st, lr, b1, psi, t), st
 
@@ -101,6 +114,12 @@ FORMS = {
         "outside_corrected": ref("Dozat 2016 with eps outside sqrt(v_hat): torch.optim.NAdam's forloop path"),
         "outside": Form(EQUIVALENT, "sqrt(v)/sqrt(bc2) = sqrt(v/bc2): the same update, other rounding "
                                     "(torch.optim.NAdam's foreach path)"),
+    },
+    "schedule_precision": {
+        "float64": ref("bc2 and the mu schedule as host floats (torch's eager paths)"),
+        "compute": Form(EQUIVALENT, "bc2 and the mu schedule formed in the compute dtype from the float32 step "
+                                    "tensor: the same values, other rounding (torch.compile'd and capturable "
+                                    "torch.optim.NAdam)"),
     },
     "counter": {
         "param": ref("one counter per param, advanced when it has a grad (torch.optim)"),

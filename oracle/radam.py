@@ -23,6 +23,9 @@ Learning Rate and Beyond", Algorithm 2):
 eps is added to the uncorrected sqrt(v) and sqrt(bc2) multiplies the quotient: torch's form (the
 paper's Algorithm 2 writes sqrt(v_hat) without eps). The threshold 5 is torch's and the authors'
 code's (the paper's Algorithm 2 has rho_t > 4; pytorch/pytorch PR #58968 chose 5 "as common practice").
+Under torch.compile (and capturable) t is the float32 step tensor itself, so bc1, bc2, rho_t and r
+are float32 tensor operations (rho_t cancels: rho_inf - 2t·b2^t/bc2); schedule_precision="compute"
+forms them as array operations, so the derived tolerance counts their roundings.
 rho_t, r, bc1 and bc2 are host floats (float64) in torch's forloop and foreach paths; the foreach path
 folds them into one per-tensor factor ((sqrt(v) + eps)/(sqrt(bc2)*lr*r/bc1))^-1 before multiplying
 by m: the same value, other rounding.
@@ -41,6 +44,7 @@ from .hparams import validated
 from .spec import DECAY, FIRST_MOMENT_RATE, GUARD, NO_PRECISION_ROLE, SECOND_MOMENT_RATE, STEP_SIZE, OptimizerSpec, Role
 
 WARMUPS = ("sgd", "skip")
+SCHEDULE_PRECISIONS = ("float64", "compute")
 THRESHOLD = 5.0  # torch's rectification threshold on rho_t
 
 
@@ -52,10 +56,15 @@ class RAdamConvention:
     counter: str = "param"
     counter_format: str = "exact"
     fp32_hparams: bool = False
+    # bc1, bc2, rho_t and r: "float64" host floats, "compute" array operations in the compute dtype
+    schedule_precision: str = "float64"
 
     def __post_init__(self):
         if self.warmup not in WARMUPS:
             raise ValueError(f"warmup must be one of {WARMUPS}, got {self.warmup!r}")
+        if self.schedule_precision not in SCHEDULE_PRECISIONS:
+            raise ValueError(f"schedule_precision must be one of {SCHEDULE_PRECISIONS}, "
+                             f"got {self.schedule_precision!r}")
         check_counter(self.counter, self.counter_format)
 
 
@@ -90,11 +99,29 @@ def update(p, g, st, hp, t, conv: RAdamConvention):
     st = {"exp_avg": np.zeros_like(p), "exp_avg_sq": np.zeros_like(p), **st}
     p, g = decay_by_flag(p, ascent(g, hp), lr, wd, hp["decoupled_weight_decay"])
     m, v = st["exp_avg"], st["exp_avg_sq"] = moments(st, g, b1, b2, 1.0 - b1)
+    if conv.schedule_precision == "compute":
+        bc1, bc2, r = compute_schedule(b1, b2, t, p)
+        m_hat = m / bc1
+        if r is not None:
+            return p - m_hat * lr * (np.sqrt(bc2) / (np.sqrt(v) + eps)) * r, st
+        return (p if conv.warmup == "skip" else p - m_hat * lr), st
     m_hat = m / (1.0 - math.pow(b1, t))
     r = rectification(b2, t)
     if r is not None:
         return p - m_hat * lr * (math.sqrt(1.0 - math.pow(b2, t)) / (np.sqrt(v) + eps)) * r, st
     return (p if conv.warmup == "skip" else p - m_hat * lr), st
+
+
+def compute_schedule(b1: float, b2: float, t: int, like):
+    """(bc1, bc2, r or None) as 0-dim array operations of `like`'s type on the step t as a tensor,
+    in torch's order (_single_tensor_radam with a tensor step; `x ** 0.5` is sqrt there)."""
+    step = np.full_like(like, t, shape=())
+    bc1, bc2 = 1.0 - b1 ** step, 1.0 - b2 ** step
+    rho_inf = 2.0 / (1.0 - b2) - 1.0
+    rho_t = rho_inf - 2.0 * step * b2 ** step / bc2
+    if not rho_t > THRESHOLD:
+        return bc1, bc2, None
+    return bc1, bc2, np.sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
 
 
 def step(params, grads, state: OptState, hparams, conv: RAdamConvention = TORCH_RADAM,
@@ -113,6 +140,12 @@ FORMS = {
                    "2020 Algorithm 2 (torch.optim.RAdam; LiyuanLucasLiu/RAdam degenerated_to_sgd=True)"),
         "skip": Form(VARIANT, "no update before rectification: LiyuanLucasLiu/RAdam radam.py with "
                               "degenerated_to_sgd=False (its issue #54)"),
+    },
+    "schedule_precision": {
+        "float64": ref("bc1, bc2, rho_t and r as host floats (torch's eager paths)"),
+        "compute": Form(EQUIVALENT, "bc1, bc2, rho_t and r formed in the compute dtype from the float32 step "
+                                    "tensor: the same values, other rounding (torch.compile'd and capturable "
+                                    "torch.optim.RAdam)"),
     },
     "counter": {
         "param": ref("one counter per param, advanced when it has a grad (torch.optim)"),

@@ -16,8 +16,9 @@ when the state is made, so a later change of lr has no effect):
     p   <- p - sign(g) * step_size
     prev <- g
 
-No hyperparameter enters arithmetic but through step_size: eta and the bounds are held in the
-compute dtype (torch writes etaplus/etaminus into a tensor of the grad's dtype). The signs are exact
+No hyperparameter enters arithmetic but through step_size: lr (its first value) and the etas are
+held in the param's format (torch fills step_size with lr and writes etaplus/etaminus into a tensor of
+the grad's dtype: oracle.common.filled), the bounds in the compute dtype. The signs are exact
 where g*prev does not underflow. Nothing reads the step counter torch keeps per param.
 The foreach path computes sign(g*prev) and negates it under maximize: the same signs.
 """
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import GradScaling, OptState, ascent, check_counter, drive, held
+from .common import GradScaling, OptState, ascent, check_counter, drive, held, filled
 from .forms import DEVIATION, EQUIVALENT, FP32_HPARAMS, Form, ref
 from .hparams import check_range, validated
 from .spec import NO_PRECISION_ROLE, STEP_SIZE, OptimizerSpec, Role
@@ -42,11 +43,14 @@ class RpropConvention:
     form: str = "irprop-"
     counter: str = "param"
     fp32_hparams: bool = False
+    # torch keeps state['step'] as a float32 tensor: it stops at 2**24 (the long_horizon scenario
+    # checks the counter's format even though the update never reads it)
+    counter_format: str = "exact"
 
     def __post_init__(self):
         if self.form not in FORMS_:
             raise ValueError(f"form must be one of {FORMS_}, got {self.form!r}")
-        check_counter(self.counter)
+        check_counter(self.counter, self.counter_format)
 
 
 TORCH_RPROP = RpropConvention()
@@ -86,10 +90,11 @@ def clamp(x, lo, hi):
 def update(p, g, st, hp, conv: RpropConvention):
     """One Rprop update of one param; returns (new p, new state entry)."""
     lr, (etaminus, etaplus), (lo, hi) = held(hp, conv, "lr", "etas", "step_sizes")
-    st = {"prev": np.zeros_like(p), "step_size": np.full_like(p, lr), **st}
+    st = {"prev": np.zeros_like(p), "step_size": filled(p, lr), **st}
     g = ascent(g, hp)
     s = np.sign(g * st["prev"])
-    eta = np.where(s > 0, etaplus, np.where(s < 0, etaminus, 1.0))
+    # torch writes the etas into sign's tensor, of the grad's dtype: held in the state format
+    eta = np.where(s > 0, filled(p, etaplus), np.where(s < 0, filled(p, etaminus), 1.0))
     step_size = st["step_size"] = clamp(st["step_size"] * eta, lo, hi)
     if conv.form == "irprop-":
         g = np.where(s < 0, 0.0, g)
@@ -102,7 +107,7 @@ def step(params, grads, state: OptState, hparams, conv: RpropConvention = TORCH_
     """One optimizer step over all groups; returns (new params, new state)."""
     hps = validate(hparams)
     return drive(params, grads, state, hps, conv.counter, scaling,
-                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], conv))
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], conv), conv.counter_format)
 
 
 # Every value of every option, classified against the reference form (oracle.forms; checked in
@@ -123,6 +128,11 @@ FORMS = {
     "fp32_hparams": {False: ref("hyperparameters as given"),
                      True: Form(EQUIVALENT, "lr, etas and step-size bounds held as float32: rounding of the inputs "
                                             "only", roundoff=FP32_HPARAMS)},
+    "counter_format": {
+        "exact": ref("an exact integer counter"),
+        "float32": Form(EQUIVALENT, "a float32 counter (torch): it stops at 2**24, and nothing reads it"),
+        "bfloat16": Form(EQUIVALENT, "a bfloat16 counter: it stops at 256, and nothing reads it"),
+    },
 }
 
 SPECS = (OptimizerSpec(name="rprop", step=step, validate=validate, convention=TORCH_RPROP, forms=FORMS,

@@ -33,6 +33,11 @@ def test_adam_bias_correction_is_declared_float32():
     # compiled Adam reads the counter as a float32 tensor (torch.optim._get_value under compile)
     assert find("torch.adamw.compiled").convention.bias_correction_precision == "compute"
     assert find("torch.adamw.foreach").convention.bias_correction_precision == "float64"
+    # the same float32 counter as eager torch: it saturates at 2**24 (the long_horizon scenario)
+    assert find("torch.adamw.compiled").convention.counter_format == "float32"
+    assert find("torch.nadam.compiled").convention.schedule_precision == "compute"
+    assert find("torch.radam.compiled").convention.schedule_precision == "compute"
+    assert find("torch.adamax.compiled").convention.bias_correction_precision == "compute"
 
 
 @NEEDS_CC

@@ -178,3 +178,99 @@ def test_absolute_keeps_the_error_and_a_max_of_it_covers_float32():
     got = np.maximum(u.astype(f) * f(0.999), np.abs(g.astype(f)) + f(1e-3)).astype(np.float64)
     assert np.all(np.abs(got - bound.v) <= bound.e)
     assert np.all(bound.e > 0)
+
+
+def test_asgd_compute_schedule_covers_both_torch_paths():
+    """torch ASGD's foreach path forms eta = lr/((1 + lambd*lr*step)**alpha) in float32 tensor ops
+    (step a float32 tensor, `lr / x` as reciprocal times lr); its forloop rounds the float64 value
+    once. Both lie within the bound of schedule_precision="compute", which is not vacuous."""
+    import torch
+    from oracle import asgd
+    worst = 0.0
+    for lr, lambd, alpha in ((1e-2, 0.5, 0.75), (5e-2, 0.1, 0.5), (1e-2, 1e-4, 0.75), (0.3, 2.0, 0.7)):
+        for t in range(1, 400, 7):
+            like = Bounded(np.zeros(3), None, U)
+            eta, _ = asgd.schedule(lr, lambd, alpha, 1e6, t, like, "compute")
+            assert eta.v.shape == ()  # a 0-dim scalar, as torch's state
+            step = torch.tensor(float(t), dtype=torch.float32)
+            foreach = float(lr / ((1 + lambd * lr * step) ** alpha))
+            forloop = float(torch.as_tensor(lr / ((1 + lambd * lr * float(t)) ** alpha), dtype=torch.float32))
+            for got in (foreach, forloop):
+                assert abs(got - eta.v) <= eta.e, (lr, lambd, alpha, t, got, float(eta.v), float(eta.e))
+                worst = max(worst, abs(got - eta.v) / eta.e)
+            assert eta.e < 16 * U * abs(eta.v)  # a handful of roundings, not vacuous
+    assert worst > 0.05  # the bound is reached in part: it is not loose by orders of magnitude
+
+
+def test_power_with_a_non_integer_exponent_carries_its_error_and_a_faithful_rounding():
+    a = Bounded(np.array([1.5]), np.array([0.0]), U)
+    whole = a ** 3  # an integer exponent (a counter): exact, one rounding
+    np.testing.assert_allclose(whole.e, U * 1.5 ** 3)
+    frac = a ** 0.7  # a hyperparameter held in float32: its rounding propagates through ln a
+    r = 1.5 ** 0.7
+    np.testing.assert_allclose(frac.e, abs(r * np.log(1.5)) * U * 0.7 + 2 * U * r)
+
+
+def test_state_filled_in_a_narrower_format_carries_its_rounding():
+    """Rprop's step_size starts as lr. A float32-math kernel keeping bf16 state (torch.rprop.compiled
+    on bf16 params: inductor computes in fp32, the state is bf16) steps with lr rounded to bf16 at
+    step 1; the bound must see that rounding, and does only when the param says its state is bf16."""
+    from oracle import rprop
+    from oracle.storage import round_to
+    lr = 0.0103  # bf16(lr) is 0.24 of a bf16 ULP (1.5e-5) away: far beyond a float32 rounding
+    p = np.array([1e-3, -2e-3, 5e-4])  # small params: the update dominates
+    g = np.array([1.0, -1.0, 1.0])
+    hp = rprop.validate([{"lr": lr}])[0]
+    off = abs(float(round_to(np.array([lr]), "bfloat16")[0]) - lr)
+    got = p - np.sign(g) * float(round_to(np.array([lr]), "bfloat16")[0])  # what the kernel computes, exactly
+    same, _ = rprop.update(Bounded(p, None, U), Bounded(g, None, U), {}, hp, rprop.TORCH_RPROP)
+    assert np.all(same.e < off)  # float32 state: the fill is one float32 rounding, the bf16 one is not covered
+    narrow, st = rprop.update(Bounded(p, None, U, state_u=unit_roundoff("bfloat16")), Bounded(g, None, U), {}, hp,
+                              rprop.TORCH_RPROP)
+    assert np.all(np.abs(got - narrow.v) <= narrow.e)
+    assert np.all(narrow.e < 4 * off)  # and no more than a few such roundings
+    assert np.all(st["step_size"].e >= off)
+
+
+def test_radam_compute_schedule_covers_torch_float32_step_tensor():
+    """Compiled torch RAdam forms bc1, bc2, rho_t and r from the float32 step tensor (_single_tensor_radam
+    with a tensor step); each lies within the bound of schedule_precision="compute"."""
+    import torch
+    from oracle import radam
+    for b1, b2 in ((0.9, 0.999), (0.8, 0.95)):
+        for t in list(range(1, 40)) + [100, 1000, 10_000]:
+            bc1, bc2, r = radam.compute_schedule(b1, b2, t, Bounded(np.zeros(2), None, U))
+            step = torch.tensor(float(t))
+            tb1, tb2 = 1 - b1 ** step, 1 - b2 ** step
+            rho_inf = 2 / (1 - b2) - 1
+            rho_t = rho_inf - 2 * step * (b2 ** step) / tb2
+            for got, want in ((tb1, bc1), (tb2, bc2)):
+                assert abs(float(got) - want.v) <= want.e
+            assert (r is None) == (not float(rho_t) > 5.0)
+            if r is not None:
+                tr = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+                assert abs(float(tr) - r.v) <= r.e, (b1, b2, t, float(tr), float(r.v), float(r.e))
+                host = radam.rectification(b2, t)
+                # the same value in exact arithmetic (float64 cancels too: rho_t loses ~5 digits at t = 7)
+                assert abs(host - r.v) < 1e-9 * host
+
+
+def test_rprop_etas_held_in_the_state_format_are_covered():
+    """Compiled torch Rprop on bf16 params writes etaplus into sign's bf16 tensor (1.2 -> 1.203125) and
+    multiplies in fp32: the step size it keeps lies within the bound once the param says its state
+    format is bf16, and not with a float32 one (0.6 of a bf16 ULP was measured against a 0.5 bound)."""
+    from oracle import rprop
+    from oracle.storage import round_to
+    bf = "bfloat16"
+    step_size = round_to(np.array([0.0120, 0.0144, 0.0300]), bf)  # a stored bf16 step size
+    prev, g = np.array([1.0, 1.0, 1.0]), np.array([1.0, 2.0, 0.5])  # same signs: eta = etaplus
+    p = np.array([0.5, -0.25, 0.125])
+    hp = rprop.validate([{"lr": 1e-2}])[0]
+    eta_bf16 = float(round_to(np.array([1.2]), bf)[0])
+    got = (step_size.astype(np.float32) * np.float32(eta_bf16)).astype(np.float64)  # fp32 math, before the store
+    st = {"prev": Bounded(prev, None, U), "step_size": Bounded(step_size, None, U)}
+    for state_u, covered in ((unit_roundoff(bf), True), (None, False)):
+        _, new = rprop.update(Bounded(p, None, U, state_u=state_u), Bounded(g, None, U), dict(st), hp,
+                              rprop.TORCH_RPROP)
+        ss = new["step_size"]
+        assert np.all(np.abs(got - ss.v) <= ss.e) == covered

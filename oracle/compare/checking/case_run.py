@@ -27,7 +27,7 @@ from ..measuring.checks import FAILING, STATUSES, CheckResult, Finding, coarser,
 from ..measuring.errmodel import Bounded, as_bounded, unit_roundoff
 from .guards import allocate
 from .hazards import case_hazards
-from .lockstep import Lockstep
+from .lockstep import Lockstep, new_state_format
 from ..measuring.quantized_state import format_of, is_quantized, store as store_quantized, ulp_dtype
 from ..measuring.readback import Snapshot, counter_location, math_params
 
@@ -234,7 +234,8 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
                   finite=res["finite"], quantized=res["quantized"])
     # The trajectory starts from the oracle's own initial state (Adagrad's
     # accumulator = the group's initial_accumulator_value), not the target's.
-    traj_params = [[Bounded(p, None, u) for p in group] for group in C.initial_params(case, seed)]
+    traj_params = [[Bounded(p, None, u, state_u=unit_roundoff(new_state_format(target, {"param": case.dtype})))
+                    for p in group] for group in C.initial_params(case, seed)]
     traj_state = OptState.empty(params)
     touched = [[False] * len(group) for group in params]
     for k in range(1, case.steps + EXTRA_STEPS + 1):

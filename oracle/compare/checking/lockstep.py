@@ -51,6 +51,11 @@ def check_counters(res: CheckResult, k: int, counter: str, tracked: OptState, sn
             compare_exact(res, k, f"{label}group {g} param {i} step", want, 0 if got is None and want == 0 else got)
 
 
+def new_state_format(target, dtypes: dict) -> str:
+    """The format a target creates a param's state in: the param's dtype (torch) or its declared one."""
+    return dtypes["param"] if target.state_dtype == "param" else target.state_dtype
+
+
 class Lockstep:
     """Steps an optimizer and the oracle side by side.
 
@@ -102,7 +107,8 @@ class Lockstep:
         out = {}
         for compute in {c for row in self.computes(before) for c in row} or {"float32"}:
             u = unit_roundoff(compute)
-            params = [[Bounded(p, None, u) for p in ps] for ps in math_params(before)]
+            params = [[Bounded(p, None, u, state_u=unit_roundoff(new_state_format(self.target, before.dtypes[g][i])))
+                       for i, p in enumerate(ps)] for g, ps in enumerate(math_params(before))]
             bgrads = [[None if gr is None else Bounded(gr, None, u) for gr in gs] for gs in grads]
             state = self.oracle_state(before, lambda v: Bounded(v, None, u))
             out[compute] = self.spec.step(params, bgrads, state, hps, self.target.convention, scaling)
@@ -162,4 +168,4 @@ class Lockstep:
                                    tolerance(ev.e, ev.v, st_dtype, compute), st_dtype)
 
 
-__all__ = ["Lockstep", "check_counters", "counters_only"]
+__all__ = ["Lockstep", "check_counters", "counters_only", "new_state_format"]

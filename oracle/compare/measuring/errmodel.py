@@ -37,13 +37,29 @@ def as_bounded(x, compute: str):
 class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
     __array_priority__ = 100
 
-    def __init__(self, value, err=None, u=0.0, eta=None):
+    def __init__(self, value, err=None, u=0.0, eta=None, state_u=None):
         self.v = np.asarray(value, dtype=np.float64)
         self.e = np.zeros_like(self.v) if err is None else np.asarray(err, dtype=np.float64)
         self.u = u
         # absolute error floor of one rounding: half the smallest subnormal of
         # the compute format (underflow), derived from u when not given
         self.eta = underflow_floor(u) if eta is None else eta
+        # unit roundoff of the format the implementation stores this param's state in, where it
+        # differs from the compute dtype (a float32-math kernel keeping bf16 state); None: the same.
+        # Only an input param carries it: it decides how filled rounds a constant.
+        self.state_u = state_u
+
+    def filled(self, value):
+        """A tensor the implementation fills with a constant inside a step, in its state format
+        (oracle.common.filled: Rprop's step_size <- lr, torch Rprop's etas in the grad's dtype), shaped
+        like this param. Filled in the compute dtype and held there: one rounding (u). Held in another
+        format (state_u): that format's rounding too, since the step then reads the stored value (a bf16
+        step_size is lr rounded to bf16; compiled torch Rprop multiplies by etaplus = 1.2 as bf16 1.203125)."""
+        v = np.full_like(self.v, value, dtype=np.float64)
+        rel, floor = self.u, self.eta
+        if self.state_u is not None and self.state_u != self.u:
+            rel, floor = self.u + self.state_u, self.eta + underflow_floor(self.state_u)
+        return Bounded(v, np.where(v != 0, rel * np.abs(v) + floor, 0.0), self.u, self.eta)
 
     # --- construction helpers
     def _lift(self, x):
@@ -83,7 +99,7 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
         return self.v.shape
 
     def copy(self):
-        return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta)
+        return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta, self.state_u)
 
 
 def _exact_zero(a):
@@ -147,13 +163,21 @@ def _square(s, a):
 
 
 def _power(s, a, b):
-    """a**n for an exact integer exponent n (a step counter), one rounding:
-    relative error n times a's plus u."""
+    """a**n. An integer n is a step counter, held exactly: relative error n times a's, plus
+    one rounding. A non-integer n is a hyperparameter (ASGD's alpha) held in the compute
+    dtype, so its own error adds |r·ln a|·e_n; and a non-integer power is a libm/SLEEF call
+    that is faithful, not correctly rounded (within 1 ULP: glibc powf, SLEEF's u10 pow), so
+    it rounds twice over (2u, not u)."""
     n = b.v
+    integer = np.all(np.mod(n, 1.0) == 0)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         r = a.v ** n
         rel = np.where(a.v != 0, a.e / np.abs(np.where(a.v != 0, a.v, 1.0)), 0.0)
-    return s._round(r, np.abs(n) * np.abs(r) * rel)
+        e = np.abs(n) * np.abs(r) * rel
+        if integer:
+            return s._round(r, e)
+        e = e + np.abs(r * np.log(np.abs(np.where(a.v != 0, a.v, 1.0)))) * b.e
+        return s._round(r, e + s.u * np.abs(r))
 
 
 def _absolute(s, a):
@@ -176,11 +200,12 @@ def _sum(x, axis=None, **_):
 
 
 def _like(fill):
-    def make(x, fill_value=None, **_):
+    def make(x, fill_value=None, **kwargs):
         val = fill if fill_value is None else fill_value
         ref = x.v if isinstance(x, Bounded) else np.asarray(x)
         u = getattr(x, "u", 0.0)
-        arr = np.full_like(ref, val, dtype=np.float64)
+        # shape=() makes a 0-dim scalar (ASGD's per-param eta) as NumPy's full_like does
+        arr = np.full_like(ref, val, dtype=np.float64, shape=kwargs.get("shape"))
         # a constant the kernel holds in its compute dtype (0 is exact)
         return Bounded(arr, np.where(arr != 0, u * np.abs(arr) + underflow_floor(u), 0.0), u)
     return make

@@ -14,7 +14,7 @@ from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from . import scenario
-from .common import base_hparams, build, declared, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+from .common import base_hparams, without_decay, build, declared, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 
 
 CKPT_STEPS, CKPT_EXTRA = 20, 3
@@ -60,7 +60,7 @@ def run_checkpoint(target, device="cpu", seed=0, dtypes=("float32", "bfloat16"))
     checkpoint from another implementation sharing the format, capturable
     counters' device after load (CUDA only)."""
     t0 = time.perf_counter()
-    hp = [dict((base_hparams(target.optimizer) or {})), {**(base_hparams(target.optimizer) or {}), "weight_decay": 0.0}]
+    hp = [dict((base_hparams(target.optimizer) or {})), without_decay(target.optimizer, base_hparams(target.optimizer) or {})]
     result = new_result(target, "checkpoint", "+".join(SHORT.get(d, d) for d in dtypes), "float32", hp, seed,
                         CKPT_STEPS + CKPT_EXTRA)
     reason = unavailable(target, device)

@@ -27,6 +27,13 @@ def base_hparams(optimizer: str) -> dict | None:
     rec = records().get(optimizer)
     return None if rec is None else dict(rec.scenario_hparams)
 
+def without_decay(optimizer: str, hp: dict) -> dict:
+    """The hyperparameters of a group without weight decay (norm weights): weight_decay 0 where the
+    optimizer has one; unchanged for one that has none (Rprop, whose groups then differ in params only)."""
+    import oracle
+    return {**hp, "weight_decay": 0.0} if "weight_decay" in oracle.SPECS[optimizer].defaults else dict(hp)
+
+
 def known(target_name: str, check: str, case: str | None = None) -> str | None:
     """The known-defect text (reports/known.toml, oracle.compare.checking.known) for a failing check, if any."""
     from ..checking.known import note

@@ -16,7 +16,7 @@ from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from ..targets.master_weights import MasterWeights
 from . import scenario
-from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+from .common import base_hparams, without_decay, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 
 
 def held(init, val, model_param, state_dtype: str):
@@ -141,7 +141,7 @@ def run_construction(target, device="cpu", seed=0, wrapper=MasterWeights, wrappe
     """Constructing an optimizer, and a mixed-precision wrapper around one,
     changes nothing; the first real update equals the oracle's step 1."""
     t0 = time.perf_counter()
-    hp = [dict((base_hparams(target.optimizer) or {})), {**(base_hparams(target.optimizer) or {}), "weight_decay": 0.0}]
+    hp = [dict((base_hparams(target.optimizer) or {})), without_decay(target.optimizer, base_hparams(target.optimizer) or {})]
     # a group's own initial value for eagerly created state (Adagrad's `sum`),
     # unlike the constructor's, shows whether the group's value is used
     for hparam in oracle.SPECS[target.optimizer].eager_state.values():

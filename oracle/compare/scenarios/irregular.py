@@ -15,7 +15,7 @@ from ..checking.lockstep import Lockstep
 from ..checking.case_run import TORCH_DTYPES
 from . import scenario
 from ..checking.guards import allocate
-from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, unavailable, values
+from .common import base_hparams, without_decay, build, finish, grad_values, guarded, new_result, skip, unavailable, values
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def run_irregular(target, device="cpu", seed=0):
             if k == sub.add_group_at:
                 x = values(seed, (3, 3), "float32", 1.0, "irregular", name, "late")
                 late = _guarded(x, "float32", device, "", f"[{name}] late param", guards)
-                late_hp = {**base, "weight_decay": 0.0, "lr": base.get("lr", 1e-2) * 0.5}
+                late_hp = {**without_decay(target.optimizer, base), "lr": base.get("lr", 1e-2) * 0.5}
                 opt.add_param_group({"params": [late], **late_hp})
                 params.append([late])
                 layout.append([("late", (3, 3), "float32")])

@@ -9,7 +9,7 @@ from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from . import scenario
-from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+from .common import base_hparams, without_decay, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 
 # step -> factor on the base lr from that step on (set in param_groups before the step, as
 # torch.optim.lr_scheduler does): a decay, a warm restart above the base, and lr = 0
@@ -33,7 +33,7 @@ def run_lr_schedule(target, device="cpu", seed=0):
     taking lr as an input."""
     t0 = time.perf_counter()
     base = dict(base_hparams(target.optimizer) or {})
-    hp = [base, {**base, "weight_decay": 0.0}]
+    hp = [base, without_decay(target.optimizer, base)]
     result = new_result(target, "lr_schedule", "fp32/" + ",".join(f"x{f:g}@{k}" for k, f in SCHEDULE.items()),
                         "float32", hp, seed, LR_STEPS)
     reason = unavailable(target, device)

@@ -12,7 +12,7 @@ import torch
 from ..isolation import ranks
 from ..measuring.checks import CheckResult
 from . import scenario
-from .common import base_hparams, finish, guarded, new_result, skip, unavailable
+from .common import base_hparams, without_decay, finish, guarded, new_result, skip, unavailable
 
 
 RANK_SKEW_WORLDS = (2, 4)
@@ -48,10 +48,11 @@ def run_rank_skew(target, device="cpu", seed=0, worlds=RANK_SKEW_WORLDS, timeout
     if reason:
         return skip(result, reason)
     spec = target_spec(target)
-    spawn = spawn or device.startswith("cuda")
+    spawn = spawn or device.startswith("cuda") or bool(target.no_fork)
     if spec is None and spawn:
         return skip(result, f"{target.name} cannot be reconstructed in a spawned worker process "
-                            "(neither a builtin target nor an impl:module:Name spec); CUDA needs spawn")
+                            "(neither a builtin target nor an impl:module:Name spec); "
+                            + (target.no_fork or "CUDA needs spawn"))
     checks, notes = {}, []
     for world in worlds:
         per_rank, err = launch_ranks(spec, target, device, seed, world, timeout, spawn)
@@ -82,7 +83,7 @@ def merge_ranks(checks: dict, per_rank: list, label: str) -> None:
 
 def rank_skew_hparams(optimizer: str) -> list[dict]:
     base = (base_hparams(optimizer) or {})
-    return [dict(base), {**base, "weight_decay": 0.0}]
+    return [dict(base), without_decay(optimizer, base)]
 
 
 def launch_ranks(spec, target, device, seed, world, timeout, spawn=False):

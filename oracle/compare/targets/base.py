@@ -65,6 +65,9 @@ class Target:
     # of its code stepped), "" when it need not: state the library keeps per process rather than per
     # optimizer, which would carry one job's history into the next and make a verdict depend on --jobs
     own_process: str = ""
+    # why the ranks of a multi-process scenario (rank_skew) must be fresh interpreters rather than forks
+    # of the calling process, "" when forking is safe: state the parent set up that a fork cannot carry
+    no_fork: str = ""
     # its conventions are not declared but inferred before it is judged (oracle.compare.inference.infer): an
     # outside optimizer; `convention` etc. are then only the starting point
     infer: bool = False

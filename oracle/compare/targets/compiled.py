@@ -34,7 +34,7 @@ import torch
 import oracle
 
 from .base import Target
-from .torch_optim import TORCH_DECLARED, accepted_options, torch_class
+from .torch_optim import TORCH_DECLARED, accepted_options, float32_counter, torch_class
 
 # Measured on this project's 2-core CPU machine (tests/test_compiled.py
 # prints it; docs/wrappers.md): the first compile of a step is ~2-3 s with a
@@ -47,6 +47,13 @@ from .torch_optim import TORCH_DECLARED, accepted_options, torch_class
 SUBSET = ("*/fp32/*", "*/bf16/*")
 SUBSET_REASON = ("compile time: every optimizer a case builds is compiled afresh (~3 s each, 5 per case); "
                  "torch.*.compiled targets run the fp32 and bf16 cases, fp16 uses the same inductor code path")
+
+
+# Measured (torch 2.13, CPU): rank_skew's ranks forked after the parent's warm-up compile never
+# finished (ASGD: rank 0 gave no result in 120 s, ~28 s of CPU in 160 s); spawned, both worlds
+# passed in 64 s.
+NO_FORK = ("torch.compile: a rank forked after the parent compiled a step hangs in its own compile "
+           "(inductor's compile workers and threads do not survive fork); its ranks are spawned")
 
 
 def compiler_missing(device: str) -> str | None:
@@ -82,15 +89,22 @@ def compiled_make(cls):
     return make
 
 
+# The convention options that say whether a counter-dependent scalar (a bias correction, a
+# step-size schedule) is formed on the host in float64 or as array operations in the compute dtype.
+COUNTER_MATH_PRECISION = ("bias_correction_precision", "schedule_precision")
+
+
 def compiled_convention(name: str):
-    """torch's eager convention, with what compiling changes: Adam(W)'s step
-    takes the counter's value as a tensor when compiling (_get_value returns
-    the float32 step tensor under torch.compiler.is_compiling()), so
-    1 - beta**t is formed in float32, not in Python doubles (measured: 142
-    ULPs of the param off the float64-bias-correction model at step 1, fp32)."""
-    conv = oracle.SPECS[name].convention
-    if hasattr(conv, "bias_correction_precision"):
-        conv = replace(conv, bias_correction_precision="compute")
+    """torch's eager convention (its float32 counter included: compiling keeps the
+    same 0-dim float32 step tensor), with what compiling changes: the step takes the
+    counter's value as a tensor when compiling (_get_value returns the float32 step
+    tensor under torch.compiler.is_compiling()), so 1 - beta**t and any schedule of t
+    are formed in float32, not in Python doubles (measured for Adam: 142 ULPs of the
+    param off the float64-bias-correction model at step 1, fp32)."""
+    conv = float32_counter(oracle.SPECS[name].convention)
+    for option in COUNTER_MATH_PRECISION:
+        if hasattr(conv, option):
+            conv = replace(conv, **{option: "compute"})
     return conv
 
 
@@ -105,7 +119,7 @@ def compiled_targets(records: dict) -> list[Target]:
             name=f"torch.{name}.compiled", optimizer=name, make=compiled_make(cls),
             convention=compiled_convention(name), devices=("cpu", "cuda"), compute="float32",
             options=accepted_options(cls, name), declared=TORCH_DECLARED, requires=compiler_missing,
-            in_default=False, subset=SUBSET, subset_reason=SUBSET_REASON,
+            in_default=False, subset=SUBSET, subset_reason=SUBSET_REASON, no_fork=NO_FORK,
             notes=f"torch {torch.__version__} torch.compile({cls.__name__}(...).step), inductor"))
     return out
 

@@ -10,12 +10,12 @@ from oracle.rprop import TORCH_RPROP
 
 class TorchRprop(_Base):
     """torch.optim.Rprop semantics (oracle.rprop.TORCH_RPROP, iRprop-), fp32 math, one rounding on store:
-    prev and step_size in float32 (step_size filled with lr when made), a per-param counter. float32 state
-    because the step size starts as lr: stored in bfloat16 it would start as lr rounded there, a rounding the
-    derived bound does not see in a float32-math path (the oracle fills it in the compute dtype)."""
+    prev and step_size in the param's dtype, as torch keeps them (step_size filled with lr when made, so
+    on bf16 params it starts as lr rounded to bf16: the derived bound carries that rounding through
+    oracle.common.filled), a per-param counter."""
 
     ORACLE_OPTIMIZER = "rprop"
-    ORACLE_STATE_DTYPE = "float32"
+    ORACLE_STATE_DTYPE = "param"
     ORACLE_CONVENTION = TORCH_RPROP
     ORACLE_OPTIONS = frozenset({"maximize"})
 
