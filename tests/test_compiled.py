@@ -58,8 +58,20 @@ def test_compiled_step_compiles_a_graph():
 def test_matrix_case_passes(optimizer):
     case = next(c for c in C.cases(optimizer, dtypes=("bfloat16",), steps=5) if c.layout == "single")
     r = run_case(find(f"torch.{optimizer}.compiled"), case, 0)
-    assert r.status == "pass", (r.reason, {n: c.findings[:2] for n, c in r.checks.items()})
+    failing = {n for n, c in r.checks.items() if not c.passed}
+    if optimizer in KNOWN_BF16_ROUNDTRIP:
+        # the known torch defect alone: its float32 scalar state comes back in bf16 after a reload
+        assert failing == {"roundtrip"}, (r.reason, {n: c.findings[:2] for n, c in r.checks.items()})
+        names = KNOWN_BF16_ROUNDTRIP[optimizer]
+        assert any(f.tensor.split()[-1] in names for f in r.checks["roundtrip"].findings), r.checks["roundtrip"].findings
+    else:
+        assert r.status == "pass", (r.reason, {n: c.findings[:2] for n, c in r.checks.items()})
     assert r.checks["lockstep"].compared > 0
+
+
+# torch casts these float32 0-dim states to a bf16 param's dtype on load_state_dict (reports/known.toml:
+# torch-asgd-eta-mu-downcast, torch-nadam-mu-product-downcast), so a bf16 roundtrip fails by that defect
+KNOWN_BF16_ROUNDTRIP = {"asgd": ("eta", "mu"), "nadam": ("mu_product",)}
 
 
 @NEEDS_CC
