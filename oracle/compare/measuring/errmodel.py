@@ -38,7 +38,7 @@ def as_bounded(x, compute: str):
 class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
     __array_priority__ = 100
 
-    def __init__(self, value, err=None, u=0.0, eta=None, state_u=None):
+    def __init__(self, value, err=None, u=0.0, eta=None, state_u=None, store_u=None):
         self.v = np.asarray(value, dtype=np.float64)
         self.e = np.zeros_like(self.v) if err is None else np.asarray(err, dtype=np.float64)
         self.u = u
@@ -49,6 +49,15 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
         # differs from the compute dtype (a float32-math kernel keeping bf16 state); None: the same.
         # Only an input param carries it: it decides how filled rounds a constant.
         self.state_u = state_u
+        # unit roundoff of the format the implementation stores this value in (an input param: its dtype),
+        # where known: what a rule reading finfo(param.dtype) sees (machine_epsilon)
+        self.store_u = store_u
+
+    def machine_epsilon(self) -> float:
+        """finfo(dtype).eps = 2u of the format this value is stored in (oracle.common.machine_epsilon:
+        torch Adafactor's eps1 = None); the compute format's where the storage is not known."""
+        u = self.store_u if self.store_u is not None else self.u
+        return 2.0 * u if u > 0 else float(np.finfo(np.float64).eps)
 
     def filled(self, value):
         """A tensor the implementation fills with a constant inside a step, in its state format
@@ -100,7 +109,7 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
         return self.v.shape
 
     def copy(self):
-        return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta, self.state_u)
+        return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta, self.state_u, self.store_u)
 
 
 def _exact_zero(a):
