@@ -33,6 +33,11 @@ COUNTER_FORMATS = {"exact": None, "float32": 24, "bfloat16": 8}
 # State entries that are one number per param rather than one per element
 # (torch NAdam's running product of its momentum coefficients; ASGD's step size and averaging weight).
 SCALAR_STATE = ("mu_product", "eta", "mu")
+# State entries that factor a param's second moment over its last two axes (Adafactor's row and
+# column statistics, Shazeer & Stern 2018, sec. 3): the param's shape with one axis kept as 1, as
+# torch.optim.Adafactor keeps them (keepdim): row_var reduces the last axis, col_var the one before.
+# Only params of 2 or more dims carry them.
+FACTORED_STATE = {"row_var": -1, "col_var": -2}
 
 
 @dataclass
@@ -65,6 +70,24 @@ class GradScaling:
 
     inv_scale: float = 1.0
     found_inf: bool = False
+
+
+def state_shape(key: str, shape: tuple) -> tuple:
+    """The shape state entry `key` has for a param of `shape`: the param's, a factored entry's
+    (FACTORED_STATE) reduced axis kept as 1."""
+    shape = tuple(shape)
+    if key in FACTORED_STATE and len(shape) >= 2:
+        axis = len(shape) + FACTORED_STATE[key]
+        return shape[:axis] + (1,) + shape[axis + 1:]
+    return shape
+
+
+def machine_epsilon(like) -> float:
+    """finfo(dtype).eps of the format an implementation holds `like` in (torch Adafactor's eps1 = None
+    is torch.finfo(param.dtype).eps): float64's for a plain array; an array type that knows the format
+    it stands for says its own (oracle.compare.measuring.errmodel.Bounded.machine_epsilon)."""
+    own = getattr(like, "machine_epsilon", None)
+    return float(own()) if own is not None else float(np.finfo(np.float64).eps)
 
 
 def maybe_fp32(x: float, enabled: bool) -> float:
@@ -201,9 +224,10 @@ def check_structure(params, grads, state: OptState, hparams) -> None:
                 raise ValueError(f"group {g} param {i}: state must be a dict, got {type(ss[i]).__name__}")
             for key, value in ss[i].items():
                 scalar_ok = key in SCALAR_STATE and np.shape(value) == ()
-                if key != "step" and np.shape(value) != np.shape(p) and not scalar_ok:
-                    raise ValueError(f"group {g} param {i}: state {key!r} shape {np.shape(value)} "
-                                     f"!= param shape {np.shape(p)}")
+                want = state_shape(key, np.shape(p))
+                if key != "step" and np.shape(value) != want and not scalar_ok:
+                    what = f"param shape {np.shape(p)}" if want == np.shape(p) else f"{want} (param shape {np.shape(p)})"
+                    raise ValueError(f"group {g} param {i}: state {key!r} shape {np.shape(value)} != {what}")
 
 
 def as_float64(x, copy: bool = False):

@@ -80,6 +80,9 @@ class OptimizerSpec:
     presets:     named conventions real libraries follow, {name: convention} (what inference chooses
                  among and a report can name: oracle.compare.targets.conventions.catalog). A library
                  whose evidence lives in its target module declares its own there (PRESETS).
+    layout:      layout(param shape) -> the state keys a param of that shape carries, where that
+                 depends on its shape (Adafactor: row_var and col_var from 2 dims on, variance below;
+                 their shapes: oracle.common.state_shape); None: every key, for every param.
     roles:       every hyperparameter's Role, {name: Role}, or a tuple of Roles for a tuple-valued
                  one (betas); every key of `defaults` has one (checked here).
     """
@@ -101,6 +104,7 @@ class OptimizerSpec:
     forms: dict = field(default_factory=dict)
     presets: dict = field(default_factory=dict)
     roles: dict = field(default_factory=dict)
+    layout: Callable | None = None
 
     def __post_init__(self):
         if self.reference is None:
@@ -124,10 +128,15 @@ class OptimizerSpec:
                 out.append((role.symbol or name, role, hparams[name]))
         return out
 
-    def state_keys_for(self, hparams: dict) -> tuple:
-        """The array state keys a param carries under these hyperparameters."""
+    def state_keys_for(self, hparams: dict, shape: tuple | None = None) -> tuple:
+        """The array state keys a param carries under these hyperparameters (and, given its shape,
+        those its layout keeps for that shape)."""
         extra = tuple(k for k, hp in self.optional_state.items() if hparams.get(hp))
-        return self.state_keys + extra
+        keys = self.state_keys + extra
+        if shape is None or self.layout is None:
+            return keys
+        kept = self.layout(tuple(shape))
+        return tuple(k for k in keys if k in kept)
 
 
 def _declares_specs(info) -> bool:

@@ -101,4 +101,4 @@ def torch_defaults(name: str) -> dict:
 
 
 TOL = 1e-13
-TORCH_NAMES = {"rmsprop": "RMSprop", "adamax": "Adamax", "adadelta": "Adadelta", "asgd": "ASGD"}
+TORCH_NAMES = {"rmsprop": "RMSprop", "adamax": "Adamax", "adadelta": "Adadelta", "asgd": "ASGD", "adafactor": "Adafactor"}

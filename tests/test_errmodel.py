@@ -274,3 +274,41 @@ def test_rprop_etas_held_in_the_state_format_are_covered():
                               rprop.TORCH_RPROP)
         ss = new["step_size"]
         assert np.all(np.abs(got - ss.v) <= ss.e) == covered
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_row_and_column_means_cover_torch_in_the_compute_dtype(dtype):
+    """Reductions along one axis (Adafactor's row and column means of g^2) are bounded per output
+    element by their own terms: torch's two forms in float32 and bfloat16 (norm(g, dim)^2 / n, as
+    torch.optim.Adafactor forms them, and (g*g).mean(dim)) lie within the derived bound, and the
+    bound is not vacuous: (log2 n + 10) roundings of the mean, no more."""
+    import torch
+    u = unit_roundoff(dtype)
+    tdt = getattr(torch, dtype)
+    g64 = np.random.default_rng(3).standard_normal((3, 40, 24))
+    g = torch.tensor(g64, dtype=tdt)
+    exact_g = g.double().numpy()
+    b = Bounded(exact_g, None, u)
+    for axis in (-1, -2):
+        bound = np.mean(b * b, axis=axis, keepdims=True)
+        assert bound.v.shape == np.mean(exact_g, axis=axis, keepdims=True).shape
+        got_norm = (torch.norm(g, dim=axis, keepdim=True).square() / g.shape[axis]).double().numpy()
+        got_mean = (g * g).mean(dim=axis, keepdim=True).double().numpy()
+        for got in (got_norm, got_mean):
+            # torch's own order differs: REORDER_FACTOR = 2 on the first-order bound, as checks.tolerance
+            assert np.all(np.abs(got - bound.v) <= 2 * bound.e), float(np.max(np.abs(got - bound.v) / bound.e))
+        assert np.all(bound.e <= 20 * u * bound.v)
+
+
+def test_a_sum_over_all_axes_is_unchanged_and_a_row_sum_reads_its_row_only():
+    """np.sum without axis keeps its one bound; along an axis each output's bound grows with its own
+    terms only: a row of zeros sums exactly."""
+    u = unit_roundoff("float32")
+    x = np.ones((4, 8))
+    x[0] = 0.0
+    b = Bounded(x, None, u)
+    whole = np.sum(b)
+    assert whole.v == 24.0 and whole.e == pytest.approx((5 + 8) * (u * 24.0 + b.eta))  # 32 terms: depth 5 + 8
+    rows = np.sum(b, axis=-1, keepdims=True)
+    assert rows.v.shape == (4, 1) and rows.v[0, 0] == 0.0  # 8 terms a row: depth 3 + 8
+    assert rows.e[0, 0] <= (3 + 8) * b.eta and rows.e[1, 0] == pytest.approx((3 + 8) * (u * 8.0 + b.eta))

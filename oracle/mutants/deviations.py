@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from oracle.common import OptState
+from oracle.common import OptState, state_shape
 
 UNSTEPPABLE: dict = {}   # class name -> why the oracle refuses to step that form
 
@@ -71,7 +71,7 @@ class OracleStepped(torch.optim.Optimizer):
                 st[key] = torch.tensor(float(value), dtype=torch.float32)
             elif isinstance(value, (np.ndarray, np.generic)) and key in self._spec().state_keys + tuple(
                     self._spec().optional_state):
-                st[key] = torch.from_numpy(np.array(value, dtype=np.float64)).to(p.device, p.dtype).reshape(p.shape)
+                st[key] = torch.from_numpy(np.array(value, dtype=np.float64)).to(p.device, p.dtype).reshape(state_shape(key, tuple(p.shape)))
             else:
                 st[key] = value
 
@@ -95,7 +95,7 @@ class OracleStepped(torch.optim.Optimizer):
             for p, value, entry in zip(g["params"], new_params[gi], new_state.params[gi]):
                 if p.grad is None:
                     continue
-                p.copy_(torch.from_numpy(np.array(value, dtype=np.float64)).to(p.device, p.dtype).reshape(p.shape))
+                p.copy_(torch.from_numpy(np.array(value, dtype=np.float64)).to(p.device, p.dtype).reshape(state_shape(key, tuple(p.shape))))
                 self._store(p, entry)
         return loss
 

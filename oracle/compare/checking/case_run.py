@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 import oracle
-from oracle.common import OptState
+from oracle.common import OptState, state_shape
 from oracle.storage import quantum, round_to
 
 from . import cases as C
@@ -142,20 +142,22 @@ def check_schema(res: CheckResult, case, target, opt, snap: Snapshot, touched) -
     if where is not None and where != target.convention.counter:
         res.fail(Finding("schema", None, "counters", expected=target.convention.counter, got=where,
                          detail="counter location differs from the declared convention"))
-    keys = list(oracle.SPECS[case.optimizer].state_keys_for(case.base_hparams()))
+    spec = oracle.SPECS[case.optimizer]
     for g, sts in enumerate(snap.state):
         for i, st in enumerate(sts):
             if not touched[g][i]:
                 continue
-            want_keys = keys + (["master_param"] if target.masters and case.dtype != "float32" else [])
+            shape = snap.params[g][i].shape
+            want_keys = list(spec.state_keys_for(case.base_hparams(), shape)) + (
+                ["master_param"] if target.masters and case.dtype != "float32" else [])
             for key in want_keys:
                 res.compared += 1
                 if key not in st:
                     res.fail(Finding("schema", None, f"group {g} param {i}", expected=key, got=sorted(st),
                                      detail="state entry missing"))
                     continue
-                if st[key].shape != snap.params[g][i].shape:
-                    res.fail(Finding("schema", None, f"group {g} param {i} {key}", expected=snap.params[g][i].shape,
+                if st[key].shape != state_shape(key, shape):
+                    res.fail(Finding("schema", None, f"group {g} param {i} {key}", expected=state_shape(key, shape),
                                      got=st[key].shape, detail="shape"))
                 want_dtype = (snap.dtypes[g][i]["param"] if target.state_dtype == "param" and key != "master_param"
                               else "float32")
@@ -186,7 +188,7 @@ def store(x: Bounded, storage: str, compute: str) -> Bounded:
         return store_quantized(x, format_of(storage))
     v = round_to(x.v, storage)
     e = x.e + (quantum(v, storage) if coarser(storage, compute) else 0.0)
-    return Bounded(v, e, x.u)
+    return Bounded(v, e, x.u, store_u=unit_roundoff(storage))
 
 
 def trajectory_store(params, state: OptState, snap: Snapshot, compute: str):
@@ -234,7 +236,8 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
                   finite=res["finite"], quantized=res["quantized"])
     # The trajectory starts from the oracle's own initial state (Adagrad's
     # accumulator = the group's initial_accumulator_value), not the target's.
-    traj_params = [[Bounded(p, None, u, state_u=unit_roundoff(new_state_format(target, {"param": case.dtype})))
+    traj_params = [[Bounded(p, None, u, state_u=unit_roundoff(new_state_format(target, {"param": case.dtype})),
+                            store_u=unit_roundoff(case.dtype))
                     for p in group] for group in C.initial_params(case, seed)]
     traj_state = OptState.empty(params)
     touched = [[False] * len(group) for group in params]

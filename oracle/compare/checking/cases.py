@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import oracle
+from oracle.spec import GUARD
 from oracle.storage import round_to
 
 from ..optimizers import record, records
@@ -89,10 +90,10 @@ class Case:
         Adagrad's initial_accumulator_value, are read only from there).
         Regime hyperparameters the optimizer does not have are left out."""
         spec, policy = oracle.SPECS[self.optimizer], record(self.optimizer).fp16
-        base = {**self.hparams, **{k: v for k, v in REGIMES[self.regime].hparams.items() if k in spec.defaults}}
+        base = with_regime(self.optimizer, self.hparams, REGIMES[self.regime].hparams)
         if self.dtype == "float16" and "eps" in spec.defaults and self.config != DEFAULTS_CONFIG:
             base = (fp16_eps(self.optimizer, base) if self.regime != "tiny_grads"
-                    else {**base, "eps": policy.tiny["eps"]})
+                    else with_eps(self.optimizer, base, policy.tiny["eps"]))
         return base
 
     def group_hparams(self) -> list[dict]:
@@ -116,10 +117,34 @@ def fp16_eps(optimizer: str, hp: dict) -> dict:
     """`hp` with eps raised to the optimizer's fp16 policy minimum (its comparison record), as every
     fp16 case but the library-defaults rows has it: eps = 1e-8 rounds to 0 in fp16 and a zero grad
     then divides 0 by 0 (the defaults rows show that hazard; the rest judge the update)."""
+    return with_eps(optimizer, hp, record(optimizer).fp16.min_eps, floor=True)
+
+
+def with_regime(optimizer: str, hp: dict, imposed: dict) -> dict:
+    """`hp` with a regime's (or a scenario's) hyperparameters on top, those the optimizer has; its eps
+    through with_eps."""
+    spec = oracle.SPECS[optimizer]
+    out = {**hp, **{k: v for k, v in imposed.items() if k in spec.defaults and k != "eps"}}
+    return with_eps(optimizer, out, imposed["eps"]) if "eps" in imposed else out
+
+
+def with_eps(optimizer: str, hp: dict, value: float, floor: bool = False) -> dict:
+    """`hp` with the optimizer's eps set to `value` (floor: raised to at least it); unchanged where it
+    has none. A tuple-valued eps (torch Adafactor's (eps1, eps2)) has its denominator-guard components
+    set, as the spec's roles say, the others kept; a guard left None there (the implementation's own
+    default, finfo(dtype).eps, above any floor used here) is set, never raised."""
     spec = oracle.SPECS[optimizer]
     if "eps" not in spec.defaults:
         return dict(hp)
-    return {**hp, "eps": max(hp.get("eps", spec.defaults["eps"]), record(optimizer).fp16.min_eps)}
+    current, role = hp.get("eps", spec.defaults["eps"]), spec.roles["eps"]
+
+    def guard(v):
+        if not floor:
+            return value
+        return v if v is None else max(v, value)
+    if not isinstance(role, tuple):
+        return {**hp, "eps": guard(current)}
+    return {**hp, "eps": tuple(guard(v) if r.what == GUARD else v for r, v in zip(role, current))}
 
 
 def cases(optimizer: str, dtypes=DTYPES, steps: int = 20, pattern: str | None = None) -> list[Case]:

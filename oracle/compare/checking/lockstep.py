@@ -107,7 +107,8 @@ class Lockstep:
         out = {}
         for compute in {c for row in self.computes(before) for c in row} or {"float32"}:
             u = unit_roundoff(compute)
-            params = [[Bounded(p, None, u, state_u=unit_roundoff(new_state_format(self.target, before.dtypes[g][i])))
+            params = [[Bounded(p, None, u, state_u=unit_roundoff(new_state_format(self.target, before.dtypes[g][i])),
+                               store_u=unit_roundoff(before.dtypes[g][i]["param"]))
                        for i, p in enumerate(ps)] for g, ps in enumerate(math_params(before))]
             bgrads = [[None if gr is None else Bounded(gr, None, u) for gr in gs] for gs in grads]
             state = self.oracle_state(before, lambda v: Bounded(v, None, u))

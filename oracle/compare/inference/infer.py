@@ -53,7 +53,7 @@ class Probe:
     name: str
     passed: bool
     finding: str = ""
-    skipped: bool = False  # the constructor refused the probe's hyperparameters: no evidence either way
+    skipped: bool = False  # the constructor refused the probe's hyperparameters, or step() raised: no evidence
 
 
 @dataclass
@@ -175,6 +175,10 @@ def run_probe(target, case, seed: int, device: str) -> Probe:
         return Probe(case.name, True)
     if res.status == "skip":
         return Probe(case.name, True, res.reason, skipped=True)
+    if res.status == "error":
+        # the target raised: a crash under every candidate alike (torch Adafactor on an empty param)
+        # tells no convention from another; the judged run reports it
+        return Probe(case.name, False, res.reason, skipped=True)
     return Probe(case.name, False, res.reason if res.status == "error" else describe(res))
 
 

@@ -11,7 +11,8 @@ underflows. Scalars (hyperparameters, bias corrections) enter with
 error u*|c|, as a kernel holding them in the compute dtype sees them.
 
 Passing `Bounded` arrays through the oracle's update functions (they use only
-+ - * /, sqrt, maximum, square, sum, where) gives a bound for exactly the operations
++ - * /, sqrt, maximum, square, sum and mean
+(whole or along axes), where) gives a bound for exactly the operations
 the specification performs, in its order: the op count of the compute dtype
 is the oracle's op count, never a tuned number.
 """
@@ -37,7 +38,7 @@ def as_bounded(x, compute: str):
 class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
     __array_priority__ = 100
 
-    def __init__(self, value, err=None, u=0.0, eta=None, state_u=None):
+    def __init__(self, value, err=None, u=0.0, eta=None, state_u=None, store_u=None):
         self.v = np.asarray(value, dtype=np.float64)
         self.e = np.zeros_like(self.v) if err is None else np.asarray(err, dtype=np.float64)
         self.u = u
@@ -48,6 +49,15 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
         # differs from the compute dtype (a float32-math kernel keeping bf16 state); None: the same.
         # Only an input param carries it: it decides how filled rounds a constant.
         self.state_u = state_u
+        # unit roundoff of the format the implementation stores this value in (an input param: its dtype),
+        # where known: what a rule reading finfo(param.dtype) sees (machine_epsilon)
+        self.store_u = store_u
+
+    def machine_epsilon(self) -> float:
+        """finfo(dtype).eps = 2u of the format this value is stored in (oracle.common.machine_epsilon:
+        torch Adafactor's eps1 = None); the compute format's where the storage is not known."""
+        u = self.store_u if self.store_u is not None else self.u
+        return 2.0 * u if u > 0 else float(np.finfo(np.float64).eps)
 
     def filled(self, value):
         """A tensor the implementation fills with a constant inside a step, in its state format
@@ -99,7 +109,7 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
         return self.v.shape
 
     def copy(self):
-        return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta, self.state_u)
+        return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta, self.state_u, self.store_u)
 
 
 def _exact_zero(a):
@@ -189,14 +199,37 @@ def _maximum(s, a, b):
     return Bounded(np.maximum(a.v, b.v), np.maximum(a.e, b.e), s.u, s.eta)
 
 
-def _sum(x, axis=None, **_):
-    """Sum with a reduction-order-agnostic bound: any summation tree of depth
-    d errs by at most d*u*sum|x_i|; d = ceil(log2 n) covers pairwise and
-    blocked reductions, +8 levels for serial runs inside vector lanes."""
+def _reduced(x, axis) -> int:
+    """How many elements each output of a reduction over `axis` (None: all of x) adds up."""
+    if axis is None:
+        return max(x.v.size, 1)
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    return max(math.prod(x.v.shape[a] for a in axes), 1)
+
+
+def _sum(x, axis=None, keepdims=False, **_):
+    """Sum (over `axis`, as NumPy's: the whole array, one axis or a tuple, keepdims) with a
+    reduction-order-agnostic bound: any summation tree of depth d errs by at most d*u*sum|x_i|
+    (Higham 2002, eq. 4.4: the recursive form's gamma_{n-1} with n-1 the tree's depth);
+    d = ceil(log2 n) covers pairwise and blocked reductions, +8 levels for serial runs inside
+    vector lanes. Each output element is bounded by its own terms (a row sum by its row)."""
     x = x if isinstance(x, Bounded) else Bounded(x)
-    n = max(x.v.size, 1)
+    n = _reduced(x, axis)
     depth = math.ceil(math.log2(n)) + 8 if n > 1 else 0
-    return Bounded(np.sum(x.v), np.sum(x.e) + depth * (x.u * np.sum(np.abs(x.v)) + x.eta), x.u, x.eta)
+    v = np.sum(x.v, axis=axis, keepdims=keepdims)
+    spread = np.sum(x.e, axis=axis, keepdims=keepdims) + depth * (
+        x.u * np.sum(np.abs(x.v), axis=axis, keepdims=keepdims) + x.eta)
+    return Bounded(v, spread, x.u, x.eta)
+
+
+def _mean(x, axis=None, keepdims=False, **_):
+    """The sum over `axis` divided by the count (an exact integer held in the compute dtype:
+    one more rounding), as torch's mean and Adafactor's norm(g)^2 / n form it."""
+    x = x if isinstance(x, Bounded) else Bounded(x)
+    n = float(_reduced(x, axis))
+    # an integer count is exact in a format of p significand bits up to 2**p = 2/u
+    count = Bounded(n, 0.0 if x.u == 0 or n <= 2.0 / x.u else x.u * n, x.u, x.eta)
+    return _div(x, _sum(x, axis, keepdims), count)
 
 
 def _like(fill):
@@ -254,7 +287,7 @@ _UFUNCS = {np.equal: _compare(np.equal), np.not_equal: _compare(np.not_equal), n
            np.greater_equal: _compare(np.greater_equal), np.add: _add, np.subtract: _sub, np.multiply: _mul, np.true_divide: _div, np.sqrt: _sqrt,
            np.negative: _neg, np.square: _square, np.maximum: _maximum, np.absolute: _absolute, np.power: _power,
            np.sign: _sign, np.copysign: _copysign}
-_FUNCTIONS = {np.shape: lambda x: x.v.shape, np.iscomplexobj: lambda x: False, np.sum: _sum, np.zeros_like: _like(0.0), np.full_like: _like(None), np.linalg.norm: _norm,
+_FUNCTIONS = {np.shape: lambda x: x.v.shape, np.iscomplexobj: lambda x: False, np.sum: _sum, np.mean: _mean, np.zeros_like: _like(0.0), np.full_like: _like(None), np.linalg.norm: _norm,
               np.where: _where}
 
 

@@ -5,13 +5,13 @@ import time
 
 import numpy as np
 
-import oracle
 from oracle.common import GradScaling
 
 from ..checking.bitwise import compare_bits, state_bits
 from ..measuring.checks import CheckResult
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
+from ..checking.cases import with_eps
 from . import scenario
 from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
 
@@ -24,9 +24,8 @@ def run_grad_scaling(target, device="cpu", seed=0):
     """found_inf leaves everything bitwise unchanged (first step and later);
     inv_scale is applied exactly once."""
     t0 = time.perf_counter()
-    hp = [dict(base_hparams(target.optimizer) or {})]
-    if "eps" in oracle.SPECS[target.optimizer].defaults:
-        hp[0]["eps"] = 1e-3  # |g| ~ eps: the grad's scale shows in the update
+    # |g| ~ eps (where the optimizer has one): the grad's scale shows in the update
+    hp = [with_eps(target.optimizer, dict(base_hparams(target.optimizer) or {}), 1e-3)]
     # (step, found_inf, loss scale); steps 6-7: found_inf without a grad scale (PyTorch #95847)
     steps = [(1, True, SCALE), (2, False, SCALE), (3, False, SCALE), (4, True, SCALE), (5, False, SCALE),
              (6, True, 1.0), (7, False, 1.0)]

@@ -7,12 +7,12 @@ import time
 
 import numpy as np
 
-import oracle
 
 
 from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import TORCH_DTYPES
+from ..checking.cases import with_regime
 from . import scenario
 from ..checking.guards import allocate
 from .common import base_hparams, without_decay, build, finish, grad_values, guarded, new_result, skip, unavailable, values
@@ -70,7 +70,6 @@ def run_irregular(target, device="cpu", seed=0):
         return skip(result, reason)
     checks, notes = {}, []
     bounds = CheckResult("bounds")  # every sub-case's params and grads sit in guarded buffers
-    spec = oracle.SPECS[target.optimizer]
     for name, sub in SUBCASES.items():
         groups, none, steps = sub.groups, sub.grad_none, sub.steps
         res = checks[name] = CheckResult(name)
@@ -80,7 +79,7 @@ def run_irregular(target, device="cpu", seed=0):
             res.note = f"skipped: {target.name} does not support {', '.join(sorted(missing))}"
             notes.append(f"{name} skipped ({res.note[9:]})")
             continue
-        hp = [{**base, **{k: v for k, v in sub.hparams.items() if k in spec.defaults}}]
+        hp = [with_regime(target.optimizer, base, sub.hparams)]
         params, guards = [], []
         for g, group in enumerate(groups):
             row = []
