@@ -65,12 +65,12 @@ def _bnb(name: str, optimizer: str, cls: str, convention, keys: set, defaults: d
               "float32 on the dequantized moments (backends/cpu/ops.py _optimizer_update_8bit_blockwise_cpu)")
 
 
-def _torchao(name: str, cls: str, exp_avg: str, exp_avg_sq: str, defaults: dict) -> Target:
+def _torchao(name: str, cls: str, exp_avg: str, exp_avg_sq: str, defaults: dict, **flags) -> Target:
     return Target(
         name=name, optimizer="adamw", convention=TORCHAO_ADAMW,
         quantized=(torchao_entry("exp_avg", exp_avg), torchao_entry("exp_avg_sq", exp_avg_sq)),
         make=make_factory(f"torchao.optim.{cls}", {"lr", "betas", "eps", "weight_decay", "amsgrad"},
-                          f"torchao {cls}", defaults),
+                          f"torchao {cls}", defaults, **flags),
         devices=("cpu",), dtypes=("float32", "bfloat16"), compute="float32", state_dtype="param",
         options=frozenset({"amsgrad"}), requires=_cpu_only(torchao_unavailable), in_default=False,
         subset=TORCHAO_SUBSET,
@@ -82,8 +82,8 @@ def _torchao(name: str, cls: str, exp_avg: str, exp_avg_sq: str, defaults: dict)
 
 
 def lowbit_targets() -> list[Target]:
-    """bitsandbytes' 8-bit Adam, AdamW and Lion, torchao's AdamW8bit, AdamW4bit and AdamWFp8. Imports
-    neither library."""
+    """bitsandbytes' 8-bit Adam, AdamW and Lion, torchao's AdamW8bit (also with bf16 stochastic rounding),
+    AdamW4bit and AdamWFp8. Imports neither library."""
     from oracle import adam as oadam
     from oracle import lion as olion
     adam_keys = {"lr", "betas", "eps", "weight_decay"}
@@ -95,7 +95,19 @@ def lowbit_targets() -> list[Target]:
         _torchao("torchao.adamw8bit", "AdamW8bit", "torchao.dynamic8", "torchao.dynamic8u", oadam.DEFAULTS),
         _torchao("torchao.adamw4bit", "AdamW4bit", "torchao.dynamic4", "torchao.linear4u", oadam.DEFAULTS),
         _torchao("torchao.adamwfp8", "AdamWFp8", "torchao.fp8", "torchao.fp8", oadam.DEFAULTS),
+        _torchao_sr(oadam.DEFAULTS),
     ]
+
+
+def _torchao_sr(defaults: dict) -> Target:
+    """torchao's AdamW8bit with bf16_stochastic_round=True: bf16 params only (the flag does nothing for
+    others), the float32 result rounded stochastically on store (the `rounding` check)."""
+    base = _torchao("torchao.adamw8bit.sr", "AdamW8bit", "torchao.dynamic8", "torchao.dynamic8u", defaults,
+                    bf16_stochastic_round=True)
+    return replace(base, dtypes=("bfloat16",), rounding="stochastic",
+                   notes=base.notes + "; bf16_stochastic_round=True: p rounded from float32 to bf16 toward zero, "
+                         "or away with probability (low 16 bits of the float32) / 2^16 drawn by torch.randint "
+                         "(optim/quant_utils.py _fp32_to_bf16_sr)")
 
 
 __all__ = ["BNB_LION", "lowbit_targets"]
