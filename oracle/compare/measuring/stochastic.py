@@ -267,6 +267,9 @@ def judge_distribution(res: CheckResult, data: Samples, tensor: str = "params (s
                                     f"{g.p_range[1]:.3f}] went away from zero, expected [{g.mu_lo:.1f}, "
                                     f"{g.mu_hi:.1f}] +- {g.threshold:.1f} (false-alarm rate {ALPHA:g} per case): "
                                     f"not stochastic rounding with P(away) = the dropped fraction"))
+    worst = max(found, key=lambda g: abs(g.z))
+    lines.append(f"{sum(g.rejected for g in found)} of {len(found)} group(s) rejected; largest |z| {abs(worst.z):.2f} "
+                 f"at p in [{worst.p_range[0]:.3f}, {worst.p_range[1]:.3f}]")
     res.note = _join(res.note, "\n".join(lines))
 
 
