@@ -15,6 +15,7 @@ import torch
 from oracle.compare.checking.case_run import run_case
 from oracle.compare.checking.cases import cases
 from oracle.compare.registry import find
+from oracle.compare.reporting import report, schema
 from oracle.compare.targets.lowbit import TORCHAO_SUBSET, lowbit_targets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,10 +43,13 @@ def test_the_sr_target_is_declared_for_bf16_only():
     assert all(o.rounding == "nearest" for o in lowbit_targets() if not o.name.startswith("torchao.adamw8bit.sr"))
 
 
-def test_torchaos_stochastic_rounding_passes_both_checks():
+def test_torchaos_stochastic_rounding_passes_both_checks(tmp_path):
     t = find("torchao.adamw8bit.sr")
     _usable(t)
     res = run_case(t, _case(SR_CASE), 0)
+    doc = report.write(str(tmp_path), [res], ["python", "-m", "oracle.compare"], True, "cpu")
+    assert schema.load(tmp_path / "report.json")["results"][0]["checks"]["rounding"]["note"] == \
+        doc["results"][0]["checks"]["rounding"]["note"]  # the rounding check's row is valid report.json
     assert res.status == "pass", res.reason
     rounding = res.checks["rounding"]
     assert rounding.compared > 3000  # every param element at every step, judged by its neighbours
