@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 
-CHECK_ORDER = ("lockstep", "quantized", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip", "error")
+CHECK_ORDER = ("lockstep", "quantized", "rounding", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip", "error")
 MATRIX_DTYPES = ("float32", "bfloat16")
 # float16 only for the library-defaults rows: where eps = 1e-8 rounds to 0 (the finite check's inputs)
 DEFAULTS_DTYPES = ("float16",)
@@ -274,7 +274,7 @@ def _family(check: str) -> str:
     return check.split(".")[0] if "." in check else check
 
 
-COLUMNS = ("lockstep", "quantized", "trajectory", "counters", "schema", "roundtrip", "construction", "checkpoint",
+COLUMNS = ("lockstep", "quantized", "rounding", "trajectory", "counters", "schema", "roundtrip", "construction", "checkpoint",
            "grad_scaling", "irregular", "long_horizon", "inputs_unchanged", "error")
 
 

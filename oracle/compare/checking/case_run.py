@@ -33,7 +33,7 @@ from ..measuring.readback import Snapshot, counter_location, math_params
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float64": torch.float64}
-CHECKS = ("lockstep", "quantized", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
+CHECKS = ("lockstep", "quantized", "rounding", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
 
 EXTRA_STEPS = 3  # continuation length after a checkpoint reload
 
@@ -122,9 +122,18 @@ def set_grads(params, grads, guards: list | None = None) -> None:
                 p.grad = view
 
 
+def seed_rounding(target, seed: int) -> None:
+    """A target that rounds stochastically draws from torch's generator: every run of a case (the
+    checked run, the round-trip runs, the hazard measurements) starts it from the case's seed, so they
+    draw the same numbers and a reloaded run can be compared with the uninterrupted one bit for bit."""
+    if target.rounding == "stochastic":
+        torch.manual_seed(seed)
+
+
 def free_run(target, case: C.Case, seed: int, device: str, hparams: list[dict]) -> list:
     """The target's params (flat float64, per group) after the case's steps from its initial values,
     with these hyperparameters and no checks (oracle.compare.checking.hazards measures effects with it)."""
+    seed_rounding(target, seed)
     params = make_params(case, seed, device)
     opt = target.make([{"params": ps, **hp} for ps, hp in zip(params, hparams)], dict(hparams[0]) if hparams else {})
     for k in range(1, case.steps + 1):
@@ -230,10 +239,11 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
     u = unit_roundoff(compute)
     hps = spec.validate(case.group_hparams())
     guards: list = []
+    seed_rounding(target, seed)
     params = make_params(case, seed, device, guards)
     opt = build_or_refuse(target, case, params)
     ls = Lockstep(target, opt, case.group_hparams(), res["lockstep"], res["counters"], schema=res["schema"],
-                  finite=res["finite"], quantized=res["quantized"])
+                  finite=res["finite"], quantized=res["quantized"], rounding=res["rounding"])
     # The trajectory starts from the oracle's own initial state (Adagrad's
     # accumulator = the group's initial_accumulator_value), not the target's.
     traj_params = [[Bounded(p, None, u, state_u=unit_roundoff(new_state_format(target, {"param": case.dtype})),
@@ -256,6 +266,7 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
         traj_params, traj_state = spec.step(traj_params, bgrads, traj_state, hps, target.convention)
         traj_params, traj_state = trajectory_store(traj_params, traj_state, after, compute)
         check_trajectory(res["trajectory"], k, traj_params, traj_state, after, math_params(before))
+    ls.finish()
     check_schema(res["schema"], case, target, opt, target.read(opt), touched)
     return opt, params
 
@@ -275,6 +286,7 @@ def reload(target, case, seed, device, opt, params):
 
 def roundtrip_run(target, case, seed, device, at: int, reference_params, reference_opt, res: CheckResult):
     """Save at step `at`, reload, continue to the reference's end; compare bitwise."""
+    seed_rounding(target, seed)
     params = make_params(case, seed, device)
     opt = build(target, case, params)
     total = case.steps + EXTRA_STEPS
@@ -334,8 +346,10 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
         result.checks["error"] = CheckResult("error", passed=False, note=traceback.format_exc(limit=-3))
         result.seconds = time.perf_counter() - t0
         return result
-    # the quantized check appears on rows whose target keeps quantized state
-    result.checks = {k: v for k, v in res.items() if k in checks and (k != "quantized" or v.compared)}
+    # the quantized and rounding checks appear on rows whose target keeps quantized state or rounds
+    # stochastically
+    result.checks = {k: v for k, v in res.items()
+                     if k in checks and (k not in ("quantized", "rounding") or v.compared)}
     if not all(c.passed for c in result.checks.values()):
         result.status = "fail"
     result.seconds = time.perf_counter() - t0

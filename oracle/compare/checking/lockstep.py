@@ -23,11 +23,12 @@ import oracle
 from oracle.common import GradScaling, OptState
 from oracle.storage import round_to
 
-from ..measuring.checks import CheckResult, Finding, compare_exact, compare_tensor, tolerance
+from ..measuring.checks import REORDER_FACTOR, CheckResult, Finding, coarser, compare_exact, compare_tensor, tolerance
 from ..measuring.errmodel import Bounded, as_bounded, unit_roundoff
 from .finite import check_finite, culprit
 from ..measuring.quantized_state import compare_quantized, is_quantized
 from ..measuring.readback import Snapshot, math_params
+from ..measuring.stochastic import Samples, compare_neighbours, judge_distribution, samples
 
 
 def counters_only(state: OptState) -> OptState:
@@ -62,13 +63,13 @@ class Lockstep:
     target: the Target (its convention, compute precision, state names).
     opt: what step() is called on; `inner` holds param_groups and state
         (a wrapper's inner optimizer), `opt` itself by default.
-    values / counters / schema / finite / quantized: the CheckResults findings go to
-        (schema, finite and quantized default to values).
+    values / counters / schema / finite / quantized / rounding: the CheckResults findings go to
+        (schema, finite, quantized and rounding default to values).
     """
 
     def __init__(self, target, opt, hparams: list[dict], values: CheckResult, counters: CheckResult,
                  label: str = "", inner=None, schema: CheckResult | None = None, finite: CheckResult | None = None,
-                 quantized: CheckResult | None = None):
+                 quantized: CheckResult | None = None, rounding: CheckResult | None = None):
         self.target, self.opt, self.inner = target, opt, inner if inner is not None else opt
         self.spec = oracle.SPECS[target.optimizer]
         self.hparams = list(hparams)
@@ -76,6 +77,8 @@ class Lockstep:
         self.schema = schema if schema is not None else values
         self.finite = finite if finite is not None else values
         self.quantized = quantized if quantized is not None else values
+        self.rounding = rounding if rounding is not None else values
+        self.rounded = Samples()  # stochastically rounded params, for the distribution test (finish)
         self.tracked = OptState.empty([g["params"] for g in self.inner.param_groups])
 
     def grow(self, hparams: dict) -> None:
@@ -147,8 +150,11 @@ class Lockstep:
                 master = "master_param" in after.state[g][i]
                 storage = after.dtypes[g][i]["master_param" if master else "param"]
                 name = f"{self.label}group {g} param {i}"
-                compare_tensor(self.values, k, f"{name} {'master' if master else 'param'}", ep.v,
-                               got_params[g][i], old_params[g][i], tolerance(ep.e, ep.v, storage, compute), storage)
+                if self.target.rounding == "stochastic" and not master and coarser(storage, compute):
+                    self.compare_stochastic(k, f"{name} param", ep, got_params[g][i], old_params[g][i], storage, compute)
+                else:
+                    compare_tensor(self.values, k, f"{name} {'master' if master else 'param'}", ep.v,
+                                   got_params[g][i], old_params[g][i], tolerance(ep.e, ep.v, storage, compute), storage)
                 if master:
                     rounded = round_to(after.state[g][i]["master_param"], after.dtypes[g][i]["param"])
                     compare_tensor(self.values, k, f"{name} param (= master rounded)", rounded, after.params[g][i],
@@ -167,6 +173,18 @@ class Lockstep:
                         continue
                     compare_tensor(self.values, k, f"{name} {key}", ev.v, after.state[g][i][key], old,
                                    tolerance(ev.e, ev.v, st_dtype, compute), st_dtype)
+
+    def compare_stochastic(self, k, tensor: str, ep: Bounded, got, old, storage: str, compute: str) -> None:
+        """A stochastically rounded param: a neighbour of a value within the compute bound (no store
+        rounding in it: the rounding is what is judged), its sample kept for the distribution test."""
+        bound = REORDER_FACTOR * np.broadcast_to(np.asarray(ep.e, dtype=np.float64), np.shape(ep.v))
+        compare_neighbours(self.rounding, k, tensor, ep.v, bound, got, old, storage)
+        self.rounded.add(*samples(ep.v, bound, got, storage, compute))
+
+    def finish(self) -> None:
+        """After the last checked step: the distribution test over every stochastic rounding seen."""
+        if self.rounded.p_lo:
+            judge_distribution(self.rounding, self.rounded)
 
 
 __all__ = ["Lockstep", "check_counters", "counters_only", "new_state_format"]

@@ -75,6 +75,10 @@ class Target:
     # and why the rest is left out (e.g. compile time); other cases skip with it.
     subset: tuple = ()
     subset_reason: str = ""
+    # how a param stored narrower than the compute dtype is rounded: "nearest" (round to nearest even),
+    # or "stochastic" (toward or away from zero at random, oracle.compare.measuring.stochastic: judged
+    # by the `rounding` check, and torch's generator seeded from the case's seed before each run)
+    rounding: str = "nearest"
 
     def unavailable(self, device: str) -> str | None:
         if device not in self.devices:

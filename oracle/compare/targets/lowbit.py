@@ -26,9 +26,43 @@ torchao 0.18.0, optim.AdamW8bit / AdamW4bit / AdamWFp8 (optim/adam.py)
   update    single_param_adam under torch.compile, the float32 moments written back through the
             subclass's copy_ (quantize); the param update uses the float32 moments before
             quantization. Decoupled decay; counter state[p]["step"] a float32 tensor.
+  SR        bf16_stochastic_round=True (bf16 params): p.copy_(_fp32_to_bf16_sr(p_f32))
+            (optim/quant_utils.py): away from zero when torch.randint(0, 2^16) < the low 16 bits.
+
+On CUDA (targets named *.cuda, devices=("cuda",), selected by the GPU pipeline's
+`--optimizer all --device cuda`; never run here: no GPU). Known, read from the sources:
+bitsandbytes  the same Python (optim/optimizer.py, identical to the 0.50.2 development head) and
+            backends/cuda/ops.py _optimizer_update_8bit_blockwise_impl, which passes every
+            hyperparameter as ct.c_float (float32: fp32_hparams) and the step as c_int32, to
+            csrc/kernels.cu (tag 0.50.1; its optimizer kernels are unchanged at the 0.50.2 head):
+            kOptimizerStatic8bit2StateBlockwise / 1StateBlockwise launched with BLOCKSIZE_2STATE =
+            BLOCKSIZE_1STATE = 256 and one element per thread (csrc/ops.cu): block 256, as on CPU.
+            Adam: correction1 = 1 - __powf(beta1, step), correction2 = sqrtf(1 - __powf(beta2, step))
+            in float32 on the device (bias_correction_precision "compute"; __powf is the fast
+            intrinsic), step_size = __fdividef(-lr*correction2, correction1); p = (T)(p + step_size *
+            m / (sqrt(v) + correction2*eps)) THEN, if wd > 0, p = (T)(p*(1 - lr*wd)): the decay after
+            the update (decay="decoupled_after", where the CPU backend decays before it), and for
+            bf16/fp16 params p rounded to its dtype twice.
+            Lion: p = (T)(p*(1 - lr*wd)) before the update, the update lr*sgn(...) held in the grad's
+            dtype T (for bf16 params lr*sign is a bf16 value), p = (T)(p - that).
+            Quantize: n = __fdividef(x, absmax) (approximate division, 2 float32 ULPs), the code by
+            quantize_2D's binary search with midpoints (lo + hi)*0.5f, a tie going to the search's
+            last pivot; then a signed code whose sign differs from x's is moved one code toward x's
+            sign (a negative moment nearer 0 than half the smallest negative code is stored as that
+            code, not 0). Non-finite grads zero both moments and leave p.
+            PagedAdamW8bit: the same kernel; state in cudaMallocManaged memory only for params of
+            >= 1e5 elements (get_state_buffer), none of which the case matrix has.
+torchao     the same Python under torch.compile with Triton kernels; SR draws torch.randint on the
+            CUDA generator (seeded by torch.manual_seed like the CPU one).
+Unverified (no GPU here): the Triton kernels' rounding (FMA contraction, division and sqrt),
+__powf's error, the tie rule and the sign rule above against the `quantized` check's nearest-code
+formats (the sign rule is expected to show as one-code errors on such moments), the double rounding
+of bf16/fp16 params against a bound that allows one.
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
 from dataclasses import replace
 
 from oracle.lion import REFERENCE_LION
@@ -65,12 +99,12 @@ def _bnb(name: str, optimizer: str, cls: str, convention, keys: set, defaults: d
               "float32 on the dequantized moments (backends/cpu/ops.py _optimizer_update_8bit_blockwise_cpu)")
 
 
-def _torchao(name: str, cls: str, exp_avg: str, exp_avg_sq: str, defaults: dict) -> Target:
+def _torchao(name: str, cls: str, exp_avg: str, exp_avg_sq: str, defaults: dict, **flags) -> Target:
     return Target(
         name=name, optimizer="adamw", convention=TORCHAO_ADAMW,
         quantized=(torchao_entry("exp_avg", exp_avg), torchao_entry("exp_avg_sq", exp_avg_sq)),
         make=make_factory(f"torchao.optim.{cls}", {"lr", "betas", "eps", "weight_decay", "amsgrad"},
-                          f"torchao {cls}", defaults),
+                          f"torchao {cls}", defaults, **flags),
         devices=("cpu",), dtypes=("float32", "bfloat16"), compute="float32", state_dtype="param",
         options=frozenset({"amsgrad"}), requires=_cpu_only(torchao_unavailable), in_default=False,
         subset=TORCHAO_SUBSET,
@@ -81,13 +115,64 @@ def _torchao(name: str, cls: str, exp_avg: str, exp_avg_sq: str, defaults: dict)
               "below; single_param_adam under torch.compile, float32 math")
 
 
+# bitsandbytes' CUDA kernel: decay after the update, float32 hyperparameters and bias correction (above)
+BNB_ADAM_CUDA = replace(BNB_ADAM, decay="decoupled_after", fp32_hparams=True, bias_correction_precision="compute")
+BNB_LION_CUDA = replace(BNB_LION, fp32_hparams=True)
+CUDA_NOTE = "; on CUDA: conventions read from the sources, never run here (this module's docstring: known and unverified)"
+
+
+def _cuda(t: Target, requires, **changes) -> Target:
+    """The CUDA form of a CPU low-bit target: CUDA only, in the default sweep (the GPU pipeline runs
+    `--device cuda` without --target), its library's CUDA check."""
+    return replace(t, name=f"{t.name}.cuda", devices=("cuda",), requires=requires, in_default=True,
+                   notes=t.notes + CUDA_NOTE, **changes)
+
+
+def lowbit_cuda_targets(cpu: list[Target]) -> list[Target]:
+    """bitsandbytes' Adam8bit, AdamW8bit, Lion8bit, PagedAdamW8bit and torchao's AdamW8bit (and its SR
+    form), AdamW4bit, AdamWFp8 on CUDA. Imports neither library."""
+    from oracle import adam as oadam
+    from .gpu import _guarded
+    by = {t.name: t for t in cpu}
+    bnb = _guarded(bnb_cuda_unavailable)
+    ao = _guarded(torchao_cuda_unavailable)
+    adam_keys = {"lr", "betas", "eps", "weight_decay"}
+    paged = _bnb("bnb.paged_adamw8bit", "adamw", "PagedAdamW8bit", BNB_ADAM, adam_keys, oadam.DEFAULTS,
+                 BNB_ADAM_STATE)
+    out = [_cuda(by[n], bnb, convention=BNB_ADAM_CUDA) for n in ("bnb.adam8bit", "bnb.adamw8bit")]
+    out += [_cuda(by["bnb.lion8bit"], bnb, convention=BNB_LION_CUDA), _cuda(paged, bnb, convention=BNB_ADAM_CUDA)]
+    out += [_cuda(by[n], ao) for n in ("torchao.adamw8bit", "torchao.adamw4bit", "torchao.adamwfp8",
+                                       "torchao.adamw8bit.sr")]
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def bnb_cuda_unavailable() -> str | None:
+    """None when bitsandbytes loaded a CUDA library with its 8-bit blockwise Adam kernel. Never raises;
+    called only once CUDA is known to be available."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return "bitsandbytes is not installed"
+    try:
+        from bitsandbytes.cextension import lib
+    except Exception as exc:  # noqa: BLE001 - any failure means "not usable here"
+        return f"bitsandbytes failed to import: {type(exc).__name__}: {exc}"
+    if not hasattr(lib, "cadam_8bit_blockwise_grad_fp32"):
+        return "bitsandbytes loaded no CUDA library (its 8-bit blockwise Adam kernel is missing)"
+    return None
+
+
+def torchao_cuda_unavailable() -> str | None:
+    """torchao's optimizers on CUDA need what they need on CPU (they compile with Triton there)."""
+    return torchao_unavailable()
+
+
 def lowbit_targets() -> list[Target]:
-    """bitsandbytes' 8-bit Adam, AdamW and Lion, torchao's AdamW8bit, AdamW4bit and AdamWFp8. Imports
-    neither library."""
+    """bitsandbytes' 8-bit Adam, AdamW and Lion, torchao's AdamW8bit (also with bf16 stochastic rounding),
+    AdamW4bit and AdamWFp8, on CPU and (lowbit_cuda_targets) on CUDA. Imports neither library."""
     from oracle import adam as oadam
     from oracle import lion as olion
     adam_keys = {"lr", "betas", "eps", "weight_decay"}
-    return [
+    cpu = [
         _bnb("bnb.adam8bit", "adam", "Adam8bit", BNB_ADAM, adam_keys, oadam.DEFAULTS, BNB_ADAM_STATE),
         _bnb("bnb.adamw8bit", "adamw", "AdamW8bit", BNB_ADAM, adam_keys, oadam.DEFAULTS, BNB_ADAM_STATE),
         _bnb("bnb.lion8bit", "lion", "Lion8bit", BNB_LION, {"lr", "betas", "weight_decay"}, olion.DEFAULTS,
@@ -95,7 +180,20 @@ def lowbit_targets() -> list[Target]:
         _torchao("torchao.adamw8bit", "AdamW8bit", "torchao.dynamic8", "torchao.dynamic8u", oadam.DEFAULTS),
         _torchao("torchao.adamw4bit", "AdamW4bit", "torchao.dynamic4", "torchao.linear4u", oadam.DEFAULTS),
         _torchao("torchao.adamwfp8", "AdamWFp8", "torchao.fp8", "torchao.fp8", oadam.DEFAULTS),
+        _torchao_sr(oadam.DEFAULTS),
     ]
+    return cpu + lowbit_cuda_targets(cpu)
 
 
-__all__ = ["BNB_LION", "lowbit_targets"]
+def _torchao_sr(defaults: dict) -> Target:
+    """torchao's AdamW8bit with bf16_stochastic_round=True: bf16 params only (the flag does nothing for
+    others), the float32 result rounded stochastically on store (the `rounding` check)."""
+    base = _torchao("torchao.adamw8bit.sr", "AdamW8bit", "torchao.dynamic8", "torchao.dynamic8u", defaults,
+                    bf16_stochastic_round=True)
+    return replace(base, dtypes=("bfloat16",), rounding="stochastic",
+                   notes=base.notes + "; bf16_stochastic_round=True: p rounded from float32 to bf16 toward zero, "
+                         "or away with probability (low 16 bits of the float32) / 2^16 drawn by torch.randint "
+                         "(optim/quant_utils.py _fp32_to_bf16_sr)")
+
+
+__all__ = ["BNB_ADAM_CUDA", "BNB_LION", "BNB_LION_CUDA", "bnb_cuda_unavailable", "lowbit_cuda_targets", "lowbit_targets"]

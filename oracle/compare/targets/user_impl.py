@@ -8,7 +8,8 @@ attributes declare others: ORACLE_CONVENTION, ORACLE_COMPUTE ("float32" or
 ORACLE_OPTIONS, ORACLE_SCALING (step() takes inv_scale= and found_inf=), ORACLE_STATE_NAMES
 (state key -> canonical name, else found by value: oracle.compare.checking.statenames), ORACLE_QUANTIZED
 (canonical name -> its quantized format and keys: declared_quantized) and ORACLE_DEVIATIONS
-(option -> reason: a deviation from the named algorithm meant on purpose, oracle.compare.checking.deviation). A float32
+(option -> reason: a deviation from the named algorithm meant on purpose, oracle.compare.checking.deviation) and
+ORACLE_ROUNDING ("stochastic": low-precision params rounded at random, oracle.compare.measuring.stochastic). A float32
 step counter is part of the convention (counter_format="float32": it stops at 2**24).
 Whatever it does not declare is inferred (oracle.compare.inference.infer) unless --no-infer.
 """
@@ -188,6 +189,14 @@ def declared_quantized(spec: str, obj, optimizer: str) -> tuple:
     return tuple(out)
 
 
+def declared_rounding(spec: str, obj) -> str:
+    """ORACLE_ROUNDING: how low-precision params are stored, "nearest" (the default) or "stochastic"."""
+    how = getattr(obj, "ORACLE_ROUNDING", "nearest")
+    if how not in ("nearest", "stochastic"):
+        raise ValueError(f"--impl {spec}: ORACLE_ROUNDING must be 'nearest' or 'stochastic', got {how!r}")
+    return how
+
+
 def hparams_not_taken(obj, optimizer: str) -> frozenset:
     """The spec's hyperparameters the constructor has no parameter for (none when it takes **kwargs,
     or its signature cannot be read): never passed to it; a case setting one is a skip (run.run_case)."""
@@ -238,6 +247,7 @@ def from_object(obj, spec: str, optimizer: str | None = None, convention=None, i
                     masters=getattr(obj, "ORACLE_MASTERS", False), options=frozenset(options),
                     state_dtype=getattr(obj, "ORACLE_STATE_DTYPE", "param"),
                     scaling=scaled_step_kwargs if getattr(obj, "ORACLE_SCALING", False) else None,
+                    rounding=declared_rounding(spec, obj),
                     infer=convention is None and not fully_declared(obj), notes=f"user optimizer {spec}")
     return with_inferred(target) if inferred else target
 

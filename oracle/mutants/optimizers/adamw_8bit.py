@@ -5,7 +5,9 @@ per-param counter) with both moments stored as bitsandbytes lays them out (state
 codes, absmax1/absmax2 per 256-element block, qmap1/qmap2 the signed and unsigned dynamic maps),
 quantized to the nearest code as oracle.quantized specifies (the "bnb.dynamic8" formats), for params
 of >= 4096 elements; smaller params keep float32 state1/state2. The param update reads the float32
-moments before they are quantized, as bitsandbytes and torchao do.
+moments before they are quantized, as bitsandbytes and torchao do. Its stochastic-rounding form
+(Blockwise8bitAdamWSR, bf16 params only) rounds the param as torchao's bf16_stochastic_round does; its
+mutants are judged by the `rounding` check (oracle.compare.measuring.stochastic).
 """
 from __future__ import annotations
 
@@ -176,6 +178,51 @@ class FourBitMapWith8bitCodes(Mutant, Blockwise8bitAdamW):
         return torch.from_numpy(np.sort(np.concatenate([four, np.zeros(256 - four.size, dtype=np.float32)])))
 
 
+class Blockwise8bitAdamWSR(Blockwise8bitAdamW):
+    """Blockwise8bitAdamW on bf16 params rounded stochastically on store (torchao's bf16_stochastic_round):
+    the float32 result's upper 16 bits, plus one bf16 ULP away from zero when a uniform 16-bit integer
+    is below its low 16 bits."""
+
+    ORACLE_DTYPES = ("bfloat16",)
+    ORACLE_ROUNDING = "stochastic"
+
+    def _store(self, p, st, pf):
+        p.copy_(self._round_stochastic(pf) if p.dtype == torch.bfloat16 else pf)
+
+    def _round_stochastic(self, x: torch.Tensor) -> torch.Tensor:
+        bits = x.contiguous().view(torch.int32)
+        low, toward = bits & 0xFFFF, bits & -0x10000   # -0x10000: 0xFFFF0000 as an int32
+        r = torch.randint(0, 1 << 16, x.shape, dtype=torch.int32)
+        out = torch.where(self._away(r, low), toward + 0x10000, toward)
+        return out.view(torch.float32).to(torch.bfloat16)   # exact: the low 16 bits are zero
+
+    def _away(self, r: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+        """Round away from zero: with probability low / 2^16."""
+        return r < low
+
+
+class OneTrainer994RoundedTwice(Mutant, Blockwise8bitAdamWSR):
+    PROVENANCE = ("the defect of OneTrainer #994 (its Adafactor's stochastically rounded param overwritten by the "
+                  "p.copy_ that follows, two ifs where an elif was meant; fixed by PR #995), here in 8-bit AdamW")
+    DESCRIPTION = "the stochastically rounded param overwritten by a plain copy_: round to nearest after all"
+    EXPECT = ("rounding", "stochastic rounding", None, "blocks")
+
+    def _store(self, p, st, pf):
+        super()._store(p, st, pf)
+        p.copy_(pf)
+
+
+class SR15BitProbability(Mutant, Blockwise8bitAdamWSR):
+    PROVENANCE = ("a synthetic variant (no shipped instance known to us) of the biased stochastic roundings "
+                  "graphcore-research/gfloat PR #36 compares, for this project's issue 33")
+    DESCRIPTION = ("stochastic rounding whose probability is read from the low 15 of the 16 dropped bits: "
+                   "P(away) = 2p mod 1, a neighbour always, biased in distribution")
+    EXPECT = ("rounding", "stochastic rounding", None, "blocks")
+
+    def _away(self, r, low):
+        return (r & 0x7FFF) < (low & 0x7FFF)
+
+
 def _indented_unsigned_map() -> np.ndarray:
     """The unsigned map with the additional-items block run once per exponent (7 times instead of
     once), under the parameterization that makes it non-empty for an unsigned 8-bit map (all 8 bits
@@ -190,6 +237,6 @@ def _indented_unsigned_map() -> np.ndarray:
     return np.sort(np.array(data, dtype=np.float32))[:256]
 
 
-CONTROLS = [Blockwise8bitAdamW]
+CONTROLS = [Blockwise8bitAdamW, Blockwise8bitAdamWSR]
 MUTANTS = [BNB227DynamicMapLoopIndent, AbsmaxFromNextBlock, BlockSizeOffByOne, BNB1992CoupledDecay8bit,
-           FourBitMapWith8bitCodes]
+           FourBitMapWith8bitCodes, OneTrainer994RoundedTwice, SR15BitProbability]
