@@ -120,7 +120,8 @@ def step(params, grads, state: OptState, hparams, conv: AdagradConvention = TORC
          scaling: GradScaling | None = None):
     hps = validate(hparams)
     return drive(params, grads, state, hps, conv.counter, scaling,
-                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv), conv.counter_format)
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv), conv.counter_format,
+                 elementwise=True)
 
 
 # Every value of every option, classified against the reference form (oracle.forms; checked in

@@ -321,7 +321,8 @@ def step(params, grads, state: OptState, hparams, conv: AdamConvention = TORCH_A
     hps = validate(hparams)
     check_eps_root(hps, conv.eps_mode)
     return drive(params, grads, state, hps, conv.counter, scaling,
-                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv), conv.counter_format)
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv), conv.counter_format,
+                 elementwise=True)
 
 
 # Every value of every option, classified against the reference form (oracle.forms; the kinds are

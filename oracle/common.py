@@ -262,10 +262,13 @@ def check_inv_scale(inv_scale) -> float:
 
 
 def canonical_state(state: OptState) -> OptState:
-    """A copy of `state` as the update math expects it: counters exact ints
-    (as_counter), every state array float64 (a float32 moment would otherwise
-    drag the arithmetic down to float32). Error-tracking arrays pass through."""
-    new = state.copy()
+    """`state` as the update math expects it: counters exact ints (as_counter), every state array
+    float64 (a float32 moment would otherwise drag the arithmetic down to float32). The lists and
+    dicts are new; a float64 array is shared, not copied (the update math never writes into its
+    inputs; drive's _unaliased copies what it would hand back shared). Error-tracking arrays pass
+    through."""
+    new = OptState(list(state.group_step), [[st if not isinstance(st, dict) else dict(st) for st in sts]
+                                             for sts in state.params])
     new.group_step = [as_counter(f"group {g}: group_step", s) for g, s in enumerate(new.group_step)]
     for g, entries in enumerate(new.params):
         for i, st in enumerate(entries):
@@ -277,7 +280,63 @@ def canonical_state(state: OptState) -> OptState:
     return new
 
 
-def drive(params, grads, state, hparams, counter, scaling, update, counter_format="exact"):
+def _shared(new, old) -> bool:
+    return isinstance(new, np.ndarray) and isinstance(old, np.ndarray) and np.may_share_memory(new, old)
+
+
+def _unaliased(new_params, new_state: OptState, params, state: OptState):
+    """The step's result with every array that shares memory with the caller's inputs copied (a
+    param without a grad, under found_inf every param, and state the rule kept as it was): the
+    caller may then write into what it gets without changing what it gave, and the reverse."""
+    for g, group in enumerate(new_params):
+        for i, p in enumerate(group):
+            if _shared(p, params[g][i]):
+                group[i] = p.copy()
+            old = state.params[g][i] if g < len(state.params) and i < len(state.params[g]) else {}
+            st = new_state.params[g][i]
+            for key, v in st.items():
+                if _shared(v, old.get(key)):
+                    st[key] = v.copy()
+    return new_params, new_state
+
+
+# Elements per slice when an elementwise rule runs on a large param (drive's `elementwise`): small
+# enough that a slice's temporaries (two dozen float64 arrays for Adam) stay in a core's L2 cache.
+# A whole-array rule on 16M elements allocates and page-faults a fresh 128 MB array per operation and
+# streams each through memory; sliced, it runs at the speed of NumPy's in-place ops
+# (benchmarks/bench_oracle.py measures both side by side).
+SLICE = 1 << 14
+
+
+def _sliced(update, p, grad, st: dict, size: int = SLICE):
+    """`update(p, grad, st) -> (p, st)` of an elementwise rule run slice by slice over the flattened
+    param, with the same result bit for bit (every operation is per element). State entries shaped
+    like the param are sliced with it; any other entry (the counter, a per-param scalar) is the same
+    in every slice, and the last slice's value is kept."""
+    shape, n = np.shape(p), np.size(p)
+    flat = {key: np.ravel(v) for key, v in st.items() if np.shape(v) == shape}
+    pf, gf = np.ravel(p), np.ravel(grad)
+    out_p, out_st = np.empty(n), {}
+    for a in range(0, n, size):
+        b = min(a + size, n)
+        new_p, new_st = update(pf[a:b], gf[a:b], {**st, **{key: v[a:b] for key, v in flat.items()}})
+        out_p[a:b] = new_p
+        for key, v in new_st.items():
+            if np.shape(v) == (b - a,) and (key in flat or key not in st):
+                if key not in out_st:
+                    out_st[key] = np.empty(n)
+                out_st[key][a:b] = v
+            else:
+                out_st[key] = v
+    return out_p.reshape(shape), {key: v.reshape(shape) if np.shape(v) == (n,) else v for key, v in out_st.items()}
+
+
+def _plain(*xs) -> bool:
+    """No error-carrying array among xs (their arithmetic is not sliced)."""
+    return not any(hasattr(x, "__array_function__") and not isinstance(x, np.ndarray) for x in xs)
+
+
+def drive(params, grads, state, hparams, counter, scaling, update, counter_format="exact", elementwise=False):
     """Advance counters and apply `update(g, i, p, grad, st, t)` to every
     param that has a grad; returns (new params, new state).
 
@@ -288,17 +347,18 @@ def drive(params, grads, state, hparams, counter, scaling, update, counter_forma
     counter_format: how the counter is stored (COUNTER_FORMATS); a float32
     or bfloat16 counter stops at its saturation point.
     found_inf skips everything, counters included.
+    elementwise: the rule computes each element from that element alone (no norm, no reduction):
+    a large plain-float64 param then runs in cache-sized slices (_sliced), same result.
     """
     check_counter(counter, counter_format)
     check_structure(params, grads, state, hparams)
-    # copies: a param without a grad (or every param, under found_inf) is returned as is,
-    # and must not alias the caller's array
-    new_params = [[as_float64_named(f"group {g} param {i}", p, copy=True) for i, p in enumerate(group)]
+    # no copies here: what would come back shared with the caller's arrays is copied at the end
+    new_params = [[as_float64_named(f"group {g} param {i}", p) for i, p in enumerate(group)]
                   for g, group in enumerate(params)]
     new_state = canonical_state(state)
     inv_scale = 1.0 if scaling is None else check_inv_scale(scaling.inv_scale)  # refused on skipped steps too
     if scaling is not None and scaling.found_inf:
-        return new_params, new_state
+        return _unaliased(new_params, new_state, params, state)
     for g, group in enumerate(new_params):
         if counter == "group":
             new_state.group_step[g] = next_count(new_state.group_step[g], counter_format)
@@ -312,8 +372,12 @@ def drive(params, grads, state, hparams, counter, scaling, update, counter_forma
             t = {"group": new_state.group_step[g], "param": st.get("step"), "none": None}[counter]
             grad = as_float64_named(f"group {g} param {i}: grad", grad)
             scaled = grad * inv_scale if inv_scale != 1.0 else grad
-            new_params[g][i], new_state.params[g][i] = update(g, i, p, scaled, st, t)
-    return new_params, new_state
+            if elementwise and _plain(p, scaled, *st.values()) and np.size(p) > SLICE:
+                rule = lambda p_, g_, st_, g=g, i=i, t=t: update(g, i, p_, g_, st_, t)  # noqa: E731
+                new_params[g][i], new_state.params[g][i] = _sliced(rule, p, scaled, st)
+            else:
+                new_params[g][i], new_state.params[g][i] = update(g, i, p, scaled, st, t)
+    return _unaliased(new_params, new_state, params, state)
 
 
 # --- complex params ---------------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def step(params, grads, state: OptState, hparams, conv: LionConvention = REFEREN
     """One optimizer step over all groups; returns (new params, new state)."""
     hps = validate(hparams)
     return drive(params, grads, state, hps, conv.counter, scaling,
-                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], conv))
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], conv), elementwise=True)
 
 
 # Every value of every option, classified against the reference form (oracle.forms; checked in

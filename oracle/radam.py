@@ -129,7 +129,8 @@ def step(params, grads, state: OptState, hparams, conv: RAdamConvention = TORCH_
     """One optimizer step over all groups; returns (new params, new state)."""
     hps = validate(hparams)
     return drive(params, grads, state, hps, conv.counter, scaling,
-                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv), conv.counter_format)
+                 lambda g, i, p, grad, st, t: update(p, grad, st, hps[g], t, conv), conv.counter_format,
+                 elementwise=True)
 
 
 # Every value of every option, classified against the reference form (oracle.forms; checked in

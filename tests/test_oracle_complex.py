@@ -181,3 +181,16 @@ def test_real_state_for_a_complex_param_is_refused():
     state = OptState([0], [[{"step": 1, "exp_avg": np.zeros(1), "exp_avg_sq": np.zeros(1)}]])
     with pytest.raises(ValueError, match=r"group 0 param 0: state 'exp_avg' of a complex param must be complex"):
         oracle.step("adam", [[np.array([1.0 + 1j])]], [[np.array([0.1 + 0j])]], state)
+
+
+def test_a_large_complex_param_runs_sliced_as_its_pieces_run_whole():
+    """A complex param larger than drive's slice (its pairs run in cache-sized pieces) gets, bit for
+    bit, what its pieces get stepped one by one as small params."""
+    from oracle.common import SLICE
+    rng = np.random.default_rng(5)
+    p, g = random_complex(rng, (SLICE + 7,)), random_complex(rng, (SLICE + 7,), 0.1)
+    hp = [{"lr": 0.01, "weight_decay": 0.1}]
+    whole, _ = oracle.step("adamw", [[p]], [[g]], hparams=hp)
+    pieces = [oracle.step("adamw", [[p[k:k + 1000]]], [[g[k:k + 1000]]], hparams=hp)[0][0][0]
+              for k in range(0, p.size, 1000)]
+    assert np.array_equal(whole[0][0], np.concatenate(pieces))
