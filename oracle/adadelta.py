@@ -102,4 +102,5 @@ SPECS = (OptimizerSpec(name="adadelta", step=step, validate=validate, convention
                        state_keys=("square_avg", "acc_delta"), forms=FORMS, defaults=DEFAULTS, roles=ROLES,
                        options=frozenset({"maximize"}),
                        summary="Adadelta (Zeiler 2012; torch.optim.Adadelta)",
-                       presets={"torch.adadelta": TORCH_ADADELTA}),)
+                       presets={"torch.adadelta": TORCH_ADADELTA},
+                       complex_form="components"),)

@@ -170,4 +170,5 @@ SPECS = (OptimizerSpec(name="adagrad", step=step, validate=validate, convention=
                        eager_state={"sum": "initial_accumulator_value"}, counter_hparams=("lr_decay",),
                        summary="Adagrad (torch.optim.Adagrad)",
                        presets={"torch.adagrad": TORCH_ADAGRAD, "optax.adagrad": OPTAX_ADAGRAD,
-                                "deepspeed.cpu_adagrad": DEEPSPEED_ADAGRAD}),)
+                                "deepspeed.cpu_adagrad": DEEPSPEED_ADAGRAD},
+                       complex_form="components"),)

@@ -428,7 +428,8 @@ def _spec(name, conv, summary, presets):
     return OptimizerSpec(name=name, step=step, validate=validate, convention=conv, state_keys=("exp_avg", "exp_avg_sq"),
                          defaults=DEFAULTS, options=frozenset({"amsgrad", "maximize", "eps_root", "momentum_decay"}),
                          optional_state={"max_exp_avg_sq": "amsgrad"}, summary=summary,
-                         forms={**FORMS, "decay": DECAY_FORMS[name]}, presets=presets, roles=ROLES)
+                         forms={**FORMS, "decay": DECAY_FORMS[name]}, presets=presets, roles=ROLES,
+                         complex_form="components")
 
 
 SPECS = (_spec("adam", TORCH_ADAM, "Adam, L2 decay (torch.optim.Adam)",

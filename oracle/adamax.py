@@ -145,4 +145,5 @@ SPECS = (OptimizerSpec(name="adamax", step=step, validate=validate, convention=T
                        state_keys=("exp_avg", "exp_inf"), forms=FORMS, defaults=DEFAULTS, roles=ROLES,
                        options=frozenset({"maximize"}),
                        summary="Adamax, Adam with an infinity norm (torch.optim.Adamax)",
-                       presets={"torch.adamax": TORCH_ADAMAX, "keras.adamax": KERAS_ADAMAX}),)
+                       presets={"torch.adamax": TORCH_ADAMAX, "keras.adamax": KERAS_ADAMAX},
+                       complex_form="components"),)

@@ -146,4 +146,5 @@ SPECS = (OptimizerSpec(name="asgd", step=step, validate=validate, convention=TOR
                        forms=FORMS, defaults=DEFAULTS, roles=ROLES, options=frozenset({"maximize"}),
                        counter_hparams=("lambd",),
                        summary="ASGD, averaged SGD with a decaying step size (torch.optim.ASGD)",
-                       presets={"torch.asgd": TORCH_ASGD}),)
+                       presets={"torch.asgd": TORCH_ASGD},
+                       complex_form="components"),)

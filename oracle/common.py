@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .hparams import as_float as _float_or_inf, short as _short
+from .storage import as_complex, as_pairs
 
 # "none": no counter at all (torch SGD, the reference Lion implementations);
 # an update rule that reads no t declares it so that state carries no "step".
@@ -217,7 +218,8 @@ def check_structure(params, grads, state: OptState, hparams) -> None:
             raise ValueError(f"group {g}: {len(ps)} params, {len(gs)} grads, {len(ss)} state entries")
         for i, (p, gr) in enumerate(zip(ps, gs)):
             if np.iscomplexobj(p) or (gr is not None and np.iscomplexobj(gr)):
-                raise ValueError(f"group {g} param {i}: complex values are not supported")
+                raise ValueError(f"group {g} param {i}: complex values are not supported here (oracle.step "
+                                 "takes them for an optimizer whose spec declares a complex_form)")
             if gr is not None and np.shape(gr) != np.shape(p):
                 raise ValueError(f"group {g} param {i}: grad shape {np.shape(gr)} != param shape {np.shape(p)}")
             if not isinstance(ss[i], dict):
@@ -400,3 +402,61 @@ def drive(params, grads, state, hparams, counter, scaling, update, counter_forma
             else:
                 new_params[g][i], new_state.params[g][i] = update(g, i, p, scaled, st, t)
     return _unaliased(new_params, new_state, params, state)
+
+
+# --- complex params ---------------------------------------------------------------------------------
+
+def on_components(step, params, grads, state: OptState, hparams, conv, scaling):
+    """One step of a real update rule on complex params as torch takes them (complex_form
+    "components"): each complex param, its grad and its array state become float64 (re, im) pairs
+    (torch.view_as_real), `step` runs on them, and the param and its array state are made complex
+    again. Every element-wise operation then acts on each component apart (a second moment holds
+    re^2 and im^2, not |g|^2 = g*conj(g)), and a norm over a tensor sums re^2 + im^2 = |z|^2 per
+    element: the complex norm. Scalar state (NAdam's mu_product, ASGD's eta, mu) stays real."""
+    flags = complex_flags(params, grads)
+    if not any(any(row) for row in flags):
+        return step(params, grads, state, hparams, conv, scaling)
+    pairs = [[as_pairs(p) if c else p for p, c in zip(ps, cs)] for ps, cs in zip(params, flags)]
+    pgrads = [[None if gr is None else as_pairs(gr) if c else gr for gr, c in zip(gs, cs)]
+              for gs, cs in zip(grads, flags)]
+    new_params, new_state = step(pairs, pgrads, _state_as(state, flags, _pairs_entry), hparams, conv, scaling)
+    back = [[as_complex(p) if c else p for p, c in zip(ps, cs)] for ps, cs in zip(new_params, flags)]
+    return back, _state_as(new_state, flags, _complex_entry)
+
+
+def complex_flags(params, grads) -> list[list[bool]]:
+    """Per param, whether it is complex; ValueError where its grad is not of the same kind (torch
+    requires a grad of the param's dtype)."""
+    flags = []
+    for g, (ps, gs) in enumerate(zip(params, grads)):
+        row = [bool(np.iscomplexobj(p)) for p in ps]
+        for i, (c, gr) in enumerate(zip(row, gs)):
+            if gr is not None and bool(np.iscomplexobj(gr)) != c:
+                raise ValueError(f"group {g} param {i}: a {'complex' if c else 'real'} param needs a "
+                                 f"{'complex' if c else 'real'} grad")
+        flags.append(row)
+    return flags
+
+
+def _pairs_entry(where: str, key: str, value):
+    if key == "step" or key in SCALAR_STATE and np.shape(value) == ():
+        return value
+    if not np.iscomplexobj(value):
+        raise ValueError(f"{where}: state {key!r} of a complex param must be complex")
+    return as_pairs(value)
+
+
+def _complex_entry(where: str, key: str, value):
+    return value if key == "step" or key in SCALAR_STATE and np.shape(value) == () else as_complex(value)
+
+
+def _state_as(state: OptState, flags, convert) -> OptState:
+    """`state` with every entry of a complex param's state passed through convert(where, key, value)."""
+    if len(state.params) != len(flags):
+        return state  # the step itself names the mismatch (check_structure)
+    new = state.copy()
+    for g, (sts, cs) in enumerate(zip(new.params, flags)):
+        for i, (st, c) in enumerate(zip(sts, cs)):
+            if c and isinstance(st, dict):
+                sts[i] = {k: convert(f"group {g} param {i}", k, v) for k, v in st.items()}
+    return new

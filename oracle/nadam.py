@@ -146,4 +146,5 @@ SPECS = (OptimizerSpec(name="nadam", step=step, validate=validate, convention=TO
                        state_keys=("exp_avg", "exp_avg_sq"), defaults=DEFAULTS, roles=ROLES,
                        options=frozenset({"maximize", "momentum_decay", "decoupled_weight_decay"}),
                        summary="NAdam, Nesterov momentum with Dozat's schedule (torch.optim.NAdam)",
-                       presets={"torch.nadam.forloop": TORCH_NADAM, "torch.nadam.foreach": TORCH_NADAM_FOREACH}),)
+                       presets={"torch.nadam.forloop": TORCH_NADAM, "torch.nadam.foreach": TORCH_NADAM_FOREACH},
+                       complex_form="components"),)

@@ -172,4 +172,5 @@ SPECS = (OptimizerSpec(name="radam", step=step, validate=validate, convention=TO
                        state_keys=("exp_avg", "exp_avg_sq"), defaults=DEFAULTS, roles=ROLES,
                        options=frozenset({"maximize", "decoupled_weight_decay"}),
                        summary="RAdam, Adam with its adaptive step rectified (torch.optim.RAdam)",
-                       presets={"torch.radam": TORCH_RADAM, "liyuanlucasliu.radam.no_sgd": NO_WARMUP_STEP_RADAM}),)
+                       presets={"torch.radam": TORCH_RADAM, "liyuanlucasliu.radam.no_sgd": NO_WARMUP_STEP_RADAM},
+                       complex_form="components"),)

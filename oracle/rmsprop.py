@@ -137,4 +137,5 @@ SPECS = (OptimizerSpec(name="rmsprop", step=step, validate=validate, convention=
                        options=frozenset({"centered", "maximize"}),
                        optional_state={"momentum_buffer": "momentum", "grad_avg": "centered"},
                        summary="RMSprop, plain or centered, with momentum (torch.optim.RMSprop)",
-                       presets={"torch.rmsprop": TORCH_RMSPROP, "keras.rmsprop": KERAS_RMSPROP}),)
+                       presets={"torch.rmsprop": TORCH_RMSPROP, "keras.rmsprop": KERAS_RMSPROP},
+                       complex_form="components"),)

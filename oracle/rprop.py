@@ -140,4 +140,5 @@ SPECS = (OptimizerSpec(name="rprop", step=step, validate=validate, convention=TO
                        state_keys=("prev", "step_size"), defaults=DEFAULTS, roles=ROLES,
                        options=frozenset({"maximize"}),
                        summary="Rprop, per-element step sizes from grad signs (torch.optim.Rprop, iRprop-)",
-                       presets={"torch.rprop": TORCH_RPROP}),)
+                       presets={"torch.rprop": TORCH_RPROP},
+                       complex_form="components"),)

@@ -145,4 +145,5 @@ SPECS = (OptimizerSpec(name="sgd", step=step, validate=validate, convention=TORC
                        defaults=DEFAULTS, roles=ROLES, options=frozenset({"dampening", "nesterov", "maximize"}),
                        optional_state={"momentum_buffer": "momentum"},
                        summary="SGD with momentum (torch.optim.SGD)",
-                       presets={"torch.sgd": TORCH_SGD, "decoupled.sgd": DECOUPLED_SGD}),)
+                       presets={"torch.sgd": TORCH_SGD, "decoupled.sgd": DECOUPLED_SGD},
+                       complex_form="components"),)

@@ -35,6 +35,11 @@ RATES = (FIRST_MOMENT_RATE, SECOND_MOMENT_RATE, INTERPOLATION)  # in [0, 1)
 ROLES = (STEP_SIZE, GUARD, DECAY, FIRST_MOMENT_RATE, SECOND_MOMENT_RATE, INTERPOLATION, MOMENTUM_RATE,
          STEP_SIZE_DECAY, INITIAL_ACCUMULATOR, NO_PRECISION_ROLE)
 
+# How an optimizer may treat complex params (OptimizerSpec.complex_form). "components": every real
+# update rule applied to the (re, im) pairs, torch.view_as_real's view (every torch.optim optimizer that
+# takes complex params, torch 2.13; docs/oracle.md "Complex params").
+COMPLEX_FORMS = ("components",)
+
 
 @dataclass(frozen=True)
 class Role:
@@ -85,6 +90,11 @@ class OptimizerSpec:
                  their shapes: oracle.common.state_shape); None: every key, for every param.
     roles:       every hyperparameter's Role, {name: Role}, or a tuple of Roles for a tuple-valued
                  one (betas); every key of `defaults` has one (checked here).
+    complex_form: what the optimizer does to complex params: None (the default: no complex form is
+                 specified, and complex params are refused, as torch's Adafactor and Muon refuse them),
+                 or one of COMPLEX_FORMS. "components": torch's, the real update applied to the param,
+                 grad and state viewed as (re, im) pairs (torch.view_as_real), so a second moment keeps
+                 re^2 and im^2 apart, not |g|^2 (oracle.common.on_components; docs/oracle.md).
     """
 
     name: str
@@ -105,8 +115,12 @@ class OptimizerSpec:
     presets: dict = field(default_factory=dict)
     roles: dict = field(default_factory=dict)
     layout: Callable | None = None
+    complex_form: str | None = None
 
     def __post_init__(self):
+        if self.complex_form not in (None, *COMPLEX_FORMS):
+            raise ValueError(f"optimizer {self.name!r}: complex_form must be None or one of {COMPLEX_FORMS}, "
+                             f"got {self.complex_form!r}")
         if self.reference is None:
             object.__setattr__(self, "reference", self.convention)
         missing = sorted(set(self.defaults) - set(self.roles))
@@ -179,4 +193,4 @@ def registry() -> dict[str, OptimizerSpec]:
     return out
 
 
-__all__ = ["OptimizerSpec", "RATES", "ROLES", "Role", "assigns", "registry"]
+__all__ = ["COMPLEX_FORMS", "OptimizerSpec", "RATES", "ROLES", "Role", "assigns", "registry"]

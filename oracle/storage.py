@@ -6,7 +6,10 @@ power-of-two arithmetic, not through casts, so bfloat16 needs no library and
 float64 -> bfloat16 is rounded once (a cast through float32 would round twice).
 
 A format is (significand bits incl. the implicit one, min normal exponent,
-max exponent), as in IEEE 754.
+max exponent), as in IEEE 754. A complex dtype is stored as two components of
+a real format (re, im), as torch.view_as_real shows it: rounding, spacing and
+ULPs apply per component, and the float64 form of a complex array is its
+(re, im) pairs in a last dimension of 2 (`as_pairs`, `as_complex`).
 """
 from __future__ import annotations
 
@@ -18,22 +21,51 @@ FORMATS = {
     "bfloat16": (8, -126, 127),
     "float16": (11, -14, 15),
 }
+# complex dtype -> the real format of each of its components
+COMPLEX = {"complex64": "float32", "complex128": "float64"}
 ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
-           "half": "float16", "float": "float32", "double": "float64"}
+           "half": "float16", "float": "float32", "double": "float64", "cfloat": "complex64",
+           "cdouble": "complex128"}
 
 
 def canonical(dtype) -> str:
-    """Normalize 'bf16', 'torch.bfloat16', np.float32, ... to a FORMATS key."""
+    """Normalize 'bf16', 'torch.bfloat16', np.float32, ... to a FORMATS or COMPLEX key."""
     name = str(dtype).replace("torch.", "")
     name = ALIASES.get(name, name)
-    if name not in FORMATS:
-        raise ValueError(f"unsupported storage dtype {dtype!r}; expected one of {sorted(FORMATS)}")
+    if name not in FORMATS and name not in COMPLEX:
+        raise ValueError(f"unsupported storage dtype {dtype!r}; expected one of {sorted(FORMATS) + sorted(COMPLEX)}")
     return name
+
+
+def component(dtype) -> str:
+    """The real format values of `dtype` are rounded in: its own, or a complex dtype's component format."""
+    name = canonical(dtype)
+    return COMPLEX.get(name, name)
+
+
+def is_complex(dtype) -> bool:
+    return canonical(dtype) in COMPLEX
+
+
+def as_pairs(z) -> np.ndarray:
+    """A complex array as float64 (re, im) pairs in a new last dimension (torch.view_as_real's layout)."""
+    z = np.asarray(z, dtype=np.complex128)
+    return np.stack([z.real, z.imag], axis=-1)
+
+
+def as_complex(x) -> np.ndarray:
+    """(re, im) pairs in the last dimension back to a complex128 array (the inverse of as_pairs)."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.shape[-1:] != (2,):
+        raise ValueError(f"(re, im) pairs need a last dimension of 2, got shape {x.shape}")
+    z = np.empty(x.shape[:-1], dtype=np.complex128)
+    z.real, z.imag = x[..., 0], x[..., 1]  # not x0 + 1j*x1: 1j*inf is nan+infj
+    return z
 
 
 def quantum(x, dtype) -> np.ndarray:
     """Spacing of the format at |x| (the ULP of x; the subnormal step at 0)."""
-    bits, emin, _ = FORMATS[canonical(dtype)]
+    bits, emin, _ = FORMATS[component(dtype)]
     x = np.abs(np.asarray(x, dtype=np.float64))
     _, e = np.frexp(x)  # x = f * 2**e, 0.5 <= f < 1, so the binary exponent is e - 1
     e = np.where(x == 0, emin + 1, e)
@@ -41,8 +73,9 @@ def quantum(x, dtype) -> np.ndarray:
 
 
 def round_to(x, dtype) -> np.ndarray:
-    """Round float64 values to `dtype` (nearest, ties to even); returns float64."""
-    name = canonical(dtype)
+    """Round float64 values to `dtype` (nearest, ties to even); returns float64. A complex dtype rounds
+    each component: `x` is then its (re, im) pairs, or any real array of its components."""
+    name = component(dtype)
     x = np.asarray(x, dtype=np.float64)
     if name == "float64":
         return x.copy()

@@ -55,8 +55,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target", action="append", default=[], metavar="PATTERN",
                    help="built-in targets to run, by name or glob (e.g. 'torch.adamw.fused', 'fused.*'); "
                         "default: every available target for the chosen optimizers")
-    p.add_argument("--dtype", action="append", choices=("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"),
-                   help="param dtypes (repeatable; default all three)")
+    p.add_argument("--dtype", action="append",
+                   choices=("float32", "bfloat16", "float16", "fp32", "bf16", "fp16", "complex64", "complex128"),
+                   help="param dtypes (repeatable; default float32, bfloat16, float16 and complex64, the last for "
+                        "optimizers with a complex form)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--steps", type=int, default=20, help="steps per case (default 20)")
     p.add_argument("--seed", type=int, action="append", help="input seed (repeatable; default 0)")

@@ -4,6 +4,7 @@ oracle.mutants.wrappers) and every correct control, and print a kill matrix.
 `python -m oracle.mutants` (see main()). Every entry runs the same suite:
 
   the case matrix   every PLAN row of its optimizer (oracle.compare.checking.cases) in fp32 and bf16,
+                    and its complex rows (cases.complex_plan) in complex64 where it takes them,
                     with all five checks of oracle.compare.checking.case_run (lockstep, trajectory,
                     counters, schema, roundtrip);
   the scenarios     every scenario of oracle.compare.scenarios except rank_skew,
@@ -37,7 +38,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 CHECK_ORDER = ("lockstep", "quantized", "rounding", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip", "error")
-MATRIX_DTYPES = ("float32", "bfloat16")
+MATRIX_DTYPES = ("float32", "bfloat16", "complex64")
 # float16 only for the library-defaults rows: where eps = 1e-8 rounds to 0 (the finite check's inputs)
 DEFAULTS_DTYPES = ("float16",)
 DEFAULT_SKIP_SCENARIOS = ("rank_skew", "ddp_bucket_view", "zero_redundancy", "fsdp2", "fsdp2_layers", "fsdp2_bf16",

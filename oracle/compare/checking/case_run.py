@@ -29,10 +29,10 @@ from .guards import allocate
 from .hazards import case_hazards
 from .lockstep import Lockstep, new_state_format
 from ..measuring.quantized_state import format_of, is_quantized, store as store_quantized, ulp_dtype
-from ..measuring.readback import Snapshot, counter_location, math_params
+from ..measuring.readback import Snapshot, counter_location, math_params, to_numpy, to_tensor
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-                "float64": torch.float64}
+                "float64": torch.float64, "complex64": torch.complex64, "complex128": torch.complex128}
 CHECKS = ("lockstep", "quantized", "rounding", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
 
 EXTRA_STEPS = 3  # continuation length after a checkpoint reload
@@ -62,7 +62,7 @@ def make_params(case: C.Case, seed: int, device: str, guards: list | None = None
     Guard is appended there."""
     dt = TORCH_DTYPES[case.dtype]
     if guards is None:
-        return [[torch.tensor(p, dtype=dt, device=device).requires_grad_() for p in group]
+        return [[to_tensor(p, dt, device).requires_grad_() for p in group]
                 for group in C.initial_params(case, seed)]
     out = []
     for g, group in enumerate(C.initial_params(case, seed)):
@@ -115,7 +115,7 @@ def set_grads(params, grads, guards: list | None = None) -> None:
             if g is None:
                 p.grad = None
             elif guards is None:
-                p.grad = torch.tensor(g, dtype=p.dtype, device=p.device)
+                p.grad = to_tensor(g, p.dtype, p.device)
             else:
                 view, guard = allocate(g, p.dtype, p.device, f"group {g_} param {i} grad")
                 guards.append((guard, view.detach().clone()))
@@ -139,7 +139,7 @@ def free_run(target, case: C.Case, seed: int, device: str, hparams: list[dict]) 
     for k in range(1, case.steps + 1):
         set_grads(params, C.grads_at(case, seed, k))
         opt.step()
-    return [np.concatenate([p.detach().cpu().double().numpy().ravel() for p in ps]) if ps else np.zeros(0)
+    return [np.concatenate([to_numpy(p).ravel() for p in ps]) if ps else np.zeros(0)
             for ps in params]
 
 
@@ -318,7 +318,7 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
     result = CaseResult(target.name, case.name, case.optimizer, case.dtype, case.group_hparams(), seed, case.steps)
     reason = target.unavailable(device)
     if reason is None and case.dtype not in target.dtypes:
-        reason = f"{target.name} does not support {case.dtype}"
+        reason = f"{target.name} does not support {case.dtype} (it takes {', '.join(target.dtypes)})"
     if reason is None:
         reason = target.outside_subset(case.name)
     if reason is None and not case.options <= target.options:

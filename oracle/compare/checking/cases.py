@@ -15,15 +15,21 @@ import numpy as np
 
 import oracle
 from oracle.spec import GUARD
-from oracle.storage import round_to
+from oracle.storage import is_complex, round_to
 
 from ..optimizers import record, records
 
-DTYPES = ("float32", "bfloat16", "float16")
+REAL_DTYPES = ("float32", "bfloat16", "float16")
+# Complex params (torch's complex64, complex128), for optimizers whose spec declares a complex form: each
+# component is rounded, compared and measured in ULPs of its real format (oracle.storage.COMPLEX), and
+# the oracle computes on (re, im) pairs (oracle.common.on_components). complex64 runs by default;
+# complex128 only when asked for (--dtype complex128).
+COMPLEX_DTYPES = ("complex64", "complex128")
+DTYPES = REAL_DTYPES + ("complex64",)
 # The config holding the library's default hyperparameters: run as they are in every dtype (the fp16
 # policy's raised eps would hide exactly the hazards it exists to show).
 DEFAULTS_CONFIG = "defaults"
-SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "complex64": "c64", "complex128": "c128"}
 
 # Layouts: per group, the param shapes; a group with no shapes is empty.
 # grad_none[(g, i)] lists the steps (1-based) on which that param has no grad.
@@ -147,11 +153,34 @@ def with_eps(optimizer: str, hp: dict, value: float, floor: bool = False) -> dic
     return {**hp, "eps": tuple(guard(v) if r.what == GUARD else v for r, v in zip(role, current))}
 
 
+def complex_plan(plan: tuple) -> tuple:
+    """The plan entries a complex dtype runs: the first (the record's main config) and the first with
+    large lr*wd (torch's forloop Adam forms the decay on the complex tensor, before view_as_real). The
+    components form reuses every real rule, so the real dtypes' full plan already covers the arithmetic;
+    these two show that complex params are taken, stored and updated per component."""
+    decay = [entry for entry in plan if entry[2] == "large_decay"]
+    return tuple(dict.fromkeys(plan[:1] + tuple(decay[:1])))
+
+
+def plan_for(optimizer: str, dtype: str) -> tuple:
+    """The (config, layout, regime) triples a dtype runs: the record's plan; for a complex dtype its
+    complex_plan, or nothing where the spec declares no complex form."""
+    plan = record(optimizer).plan
+    if not is_complex(dtype):
+        return plan
+    return complex_plan(plan) if oracle.SPECS[optimizer].complex_form is not None else ()
+
+
+def value_shape(shape: tuple, dtype: str) -> tuple:
+    """The float64 shape of a param's values: a complex one's (re, im) pairs add a last dimension of 2."""
+    return (*shape, 2) if is_complex(dtype) else tuple(shape)
+
+
 def cases(optimizer: str, dtypes=DTYPES, steps: int = 20, pattern: str | None = None) -> list[Case]:
     out = []
     rec = record(optimizer)
     for dtype in dtypes:
-        for config, layout, regime in rec.plan:
+        for config, layout, regime in plan_for(optimizer, dtype):
             hp = rec.configs[config]
             case = Case(optimizer, dtype, config, hp, layout, regime, steps, needed_options(optimizer, hp))
             if pattern is None or fnmatch.fnmatch(case.name, pattern) or pattern in case.name:
@@ -164,7 +193,7 @@ def find_case(name: str, steps: int = 20) -> Case:
     optimizer = name.split("/")[0]
     if optimizer not in records():
         raise ValueError(f"no case named {name!r}")
-    for case in cases(optimizer, steps=steps):
+    for case in cases(optimizer, REAL_DTYPES + COMPLEX_DTYPES, steps=steps):
         if case.name == name:
             return case
     raise ValueError(f"no case named {name!r}")
@@ -185,6 +214,7 @@ def initial_params(case: Case, seed: int) -> list[list[np.ndarray]]:
     for shapes in LAYOUTS[case.layout]["groups"]:
         group = []
         for k, shape in enumerate(shapes):
+            shape = value_shape(shape, case.dtype)
             p = rng.standard_normal(shape) * regime.param_scale
             if regime.zero_params and k == 0:
                 p = np.zeros(shape)
@@ -206,6 +236,7 @@ def grads_at(case: Case, seed: int, step: int) -> list[list]:
     for g, shapes in enumerate(LAYOUTS[case.layout]["groups"]):
         group = []
         for i, shape in enumerate(shapes):
+            shape = value_shape(shape, case.dtype)
             gr = rng.standard_normal(shape) * scale
             if regime.zero_grad_fraction:
                 gr = np.where(rng.random(shape) < regime.zero_grad_fraction, 0.0, gr)

@@ -12,19 +12,19 @@ element just before the tensor and numel*stride the one just past a strided view
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from ..measuring.checks import CheckResult, Finding
+from ..measuring.checks import CheckResult, Finding, bit_words
+from ..measuring.readback import element, to_tensor
 
 PAD = 4            # guard elements before and after every view
 SENTINEL = -31.0   # exact in every format; what a guard holds (compared bitwise, not by value)
 LAYOUTS = ("contiguous", "strided", "transposed")
-_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().cpu().contiguous().view(_INT[t.element_size()])
+    """One row of integer words per element (a complex element's two components in one row)."""
+    return bit_words(t).reshape(t.numel(), -1)
 
 
 class Guard:
@@ -41,7 +41,7 @@ class Guard:
     def changed(self) -> list[int]:
         """Offsets (relative to the view's start) of guard elements whose bits changed."""
         now = _bits(self.buffer)[self.outside]
-        where = torch.nonzero(self.outside).reshape(-1)[now != self.reference]
+        where = torch.nonzero(self.outside).reshape(-1)[(now != self.reference).any(-1)]
         return [int(i) - self.start for i in where]
 
     def check(self, res: CheckResult, step, label: str = "") -> None:
@@ -58,10 +58,10 @@ class Guard:
         """The view's own elements are bitwise what they were (an input the optimizer must not write)."""
         res.compared += self.view.numel()
         if self.view.numel() and not torch.equal(_bits(self.view), _bits(before)):
-            diff = (_bits(self.view) != _bits(before)).reshape(-1)
+            diff = (_bits(self.view) != _bits(before)).any(-1)
             first = int(torch.nonzero(diff)[0])
-            res.fail(Finding(res.check, step, f"{label}{self.name}", (first,), float(before.reshape(-1)[first]),
-                             float(self.view.detach().reshape(-1)[first]),
+            res.fail(Finding(res.check, step, f"{label}{self.name}", (first,), element(before, first),
+                             element(self.view, first),
                              detail=f"{what} modified by step(): {int(diff.sum())} of {self.view.numel()} element(s)"
                                     f" (strides {tuple(self.view.stride())})"))
 
@@ -70,7 +70,7 @@ def allocate(values, dtype: torch.dtype, device, name: str, layout: str = "conti
     """(view, Guard): a tensor holding `values` inside a guarded buffer. "strided" leaves a guarded
     gap after every element (stride 2 in the last dimension); "transposed" is a transposed view of a
     contiguous block."""
-    x = torch.as_tensor(np.asarray(values, dtype=np.float64)).to(dtype)
+    x = to_tensor(values, dtype)
     shape = tuple(x.shape)
     if layout == "transposed" and len(shape) == 2:
         strides = (1, shape[0])  # the transpose of a contiguous (cols, rows) block

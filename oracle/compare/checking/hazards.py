@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from oracle.storage import FORMATS, canonical, quantum, round_to
+from oracle.storage import FORMATS, component, quantum, round_to
 
 KINDS = ("rounds to 0", "rounds to 1", "loses more than half its bits")
 
@@ -58,7 +58,7 @@ class Hazard:
 
 def significand_bits(x: float, dtype: str) -> int:
     """Significand bits the format keeps for |x| (fewer than p in the subnormal range)."""
-    bits, emin, _ = FORMATS[canonical(dtype)]
+    bits, emin, _ = FORMATS[component(dtype)]
     e = math.floor(math.log2(abs(x)))
     return bits - max(0, emin - e)
 
@@ -81,7 +81,7 @@ def classify(q: Quantity, dtype: str) -> tuple[str, float] | None:
     if x == 0 or (q.form == "complement" and x == 1.0):
         return None  # exact, and what was asked for
     stored = float(round_to(x, dtype))
-    half = FORMATS[canonical(dtype)][0] / 2
+    half = FORMATS[component(dtype)][0] / 2
     if q.form == "value":
         if stored == 0:
             return "rounds to 0", stored
@@ -155,7 +155,7 @@ def consequence(q: Quantity, kind: str, stored: float, compute: str) -> str:
     """The hazard in words: what is lost, or how few bits are left."""
     if kind != KINDS[2]:
         return f"{q.lost}: {q.name} = {q.value:.8g} {kind} in {compute}"
-    p = FORMATS[canonical(compute)][0]
+    p = FORMATS[component(compute)][0]
     off = f"off by {relative_error(q.value, stored, q.form):.2%}"
     if q.form == "complement":
         bits = max(0.0, complement_bits(q.value, compute))

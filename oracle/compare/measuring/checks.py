@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oracle.storage import FORMATS, canonical, quantum
+from oracle.storage import FORMATS, component, quantum
 
 # An implementation may evaluate the specification's expression in another,
 # algebraically equal order (torch's lerp for m, lr/bc1 folded into one
@@ -131,7 +131,7 @@ class CheckResult:
 
 
 def coarser(storage: str, compute: str) -> bool:
-    return FORMATS[canonical(storage)][0] < FORMATS[canonical(compute)][0]
+    return FORMATS[component(storage)][0] < FORMATS[component(compute)][0]
 
 
 def tolerance(bound_err, expected, storage: str, compute: str) -> np.ndarray:
@@ -190,6 +190,16 @@ def compare_exact(result: CheckResult, step, tensor: str, expected, got, detail:
         result.fail(Finding(result.check, step, tensor, expected=expected, got=got, detail=detail))
 
 
+def bit_words(t):
+    """A tensor's bits as integers of its element size, on the CPU; a complex tensor's per component,
+    (re, im) in a last dimension of 2 (complex128 is wider than any integer dtype)."""
+    import torch
+    t = t.detach().cpu()
+    t = torch.view_as_real(t) if t.is_complex() else t
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.contiguous().view(width)
+
+
 def same_bits(a, b) -> bool:
     """Bitwise equality of two tensors (NaNs with equal payloads compare equal)."""
     import torch
@@ -197,5 +207,4 @@ def same_bits(a, b) -> bool:
         return False
     if a.numel() == 0:
         return True
-    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return bool(torch.equal(a.detach().cpu().contiguous().view(width), b.detach().cpu().contiguous().view(width)))
+    return bool(torch.equal(bit_words(a), bit_words(b)))

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from oracle.storage import FORMATS, canonical
+from oracle.storage import FORMATS, component
 
 
 def as_bounded(x, compute: str):
@@ -292,8 +292,8 @@ _FUNCTIONS = {np.shape: lambda x: x.v.shape, np.iscomplexobj: lambda x: False, n
 
 
 def unit_roundoff(dtype: str) -> float:
-    """u = 2**-p for a format with p significand bits."""
-    return 2.0 ** -FORMATS[canonical(dtype)][0]
+    """u = 2**-p for a format with p significand bits (a complex dtype's: its components')."""
+    return 2.0 ** -FORMATS[component(dtype)][0]
 
 
 def underflow_floor(u: float) -> float:

@@ -27,8 +27,26 @@ def aliases() -> dict:
 
 
 def to_numpy(t) -> np.ndarray:
-    """Exact float64 copy of a tensor (bf16/fp16/fp32 widen exactly)."""
-    return t.detach().to("cpu", torch.float64).numpy().copy()
+    """Exact float64 copy of a tensor (bf16/fp16/fp32 widen exactly); a complex tensor's as its
+    (re, im) pairs in a last dimension of 2 (torch.view_as_real), the form the oracle computes on."""
+    t = t.detach().cpu()
+    return (torch.view_as_real(t) if t.is_complex() else t).to(torch.float64).numpy().copy()
+
+
+def to_tensor(values, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """A tensor of `dtype` holding float64 `values` (the inverse of to_numpy): for a complex dtype
+    `values` are (re, im) pairs, each rounded to the component dtype."""
+    x = torch.as_tensor(np.asarray(values, dtype=np.float64))
+    if dtype.is_complex:
+        real = x.to(dtype.to_real())
+        x = torch.complex(real[..., 0], real[..., 1])
+    return x.to(dtype=dtype, device=device)
+
+
+def element(t, flat: int):
+    """Element `flat` of a tensor as a Python number (a complex one as its text: reports are JSON)."""
+    v = t.detach().reshape(-1)[flat].item()
+    return str(v) if isinstance(v, complex) else float(v)
 
 
 def dtype_name(t) -> str:

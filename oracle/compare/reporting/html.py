@@ -30,7 +30,7 @@ from ..checking.known import any_glob
 
 PLOT_CASES = 60          # failing cases that get plots (the rest: findings, repro; data in report.json)
 MATRIX_CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16", "complex64", "complex128")
 SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 COLOURS = {"exact": "#1a9850", "low": "#66bd63", "near": "#d9ef8b", "over": "#f46d43", "far": "#d73027",

@@ -26,6 +26,18 @@ TORCH_DECLARED = (
 # unless the record says otherwise (with its reason there).
 PATHS = (("forloop", {"foreach": False}, "storage"), ("foreach", {"foreach": True}, "storage"),
          ("fused", {"fused": True}, None))
+# The paths that take complex params (the update on torch.view_as_real, oracle complex_form "components"):
+# torch 2.13's fused kernels refuse them ("`fused=True` requires all the params to be floating point
+# Tensors", torch/optim/optimizer.py _device_dtype_check_for_fused), so its fused targets skip complex cases.
+COMPLEX_PATHS = ("forloop", "foreach")
+REAL = ("float32", "bfloat16", "float16")
+
+
+def path_dtypes(name: str, path: str) -> tuple:
+    """The dtypes a torch path takes for this optimizer: complex ones too where both torch's path and the
+    spec have a complex form."""
+    takes = path in COMPLEX_PATHS and oracle.SPECS[name].complex_form is not None
+    return REAL + (("complex64", "complex128") if takes else ())
 
 
 def float32_counter(conv):
@@ -60,6 +72,7 @@ def torch_targets(records: dict) -> list[Target]:
             out.append(Target(
                 name=f"torch.{name}.{path}", optimizer=name, make=torch_make(cls, **flags),
                 convention=float32_counter(oracle.SPECS[name].convention), devices=("cpu", "cuda"),
+                dtypes=path_dtypes(name, path),
                 compute=compute or rec.torch_fused_compute, options=accepted_options(cls, name),
                 scaling=torch_scaled_step if path == "fused" else None, declared=TORCH_DECLARED,
                 no_dtensor=rec.torch_fused_no_dtensor if path == "fused" else "",
@@ -67,4 +80,4 @@ def torch_targets(records: dict) -> list[Target]:
     return out
 
 
-__all__ = ["PATHS", "TORCH_DECLARED", "accepted_options", "float32_counter", "torch_class", "torch_targets"]
+__all__ = ["COMPLEX_PATHS", "PATHS", "TORCH_DECLARED", "accepted_options", "float32_counter", "torch_class", "torch_targets"]
