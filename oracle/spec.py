@@ -13,6 +13,7 @@ oracle/compare/optimizers/).
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable
@@ -82,6 +83,8 @@ class OptimizerSpec:
                  whose evidence lives in its target module declares its own there (PRESETS).
     roles:       every hyperparameter's Role, {name: Role}, or a tuple of Roles for a tuple-valued
                  one (betas); every key of `defaults` has one (checked here).
+    param_ranks: the param ranks the optimizer takes (Muon: (2,)); None for any. Every shape the
+                 engine and the forms' standard problem make is given to it through `shaped`.
     """
 
     name: str
@@ -101,6 +104,7 @@ class OptimizerSpec:
     forms: dict = field(default_factory=dict)
     presets: dict = field(default_factory=dict)
     roles: dict = field(default_factory=dict)
+    param_ranks: tuple | None = None
 
     def __post_init__(self):
         if self.reference is None:
@@ -128,6 +132,26 @@ class OptimizerSpec:
         """The array state keys a param carries under these hyperparameters."""
         extra = tuple(k for k, hp in self.optional_state.items() if hparams.get(hp))
         return self.state_keys + extra
+
+
+def shaped(shape: tuple, ranks: tuple | None) -> tuple:
+    """`shape` as an optimizer taking params of `ranks` only is given it: unchanged where its rank is
+    taken (or any is); else, for an optimizer of matrices (ranks (2,)), a matrix of as many elements:
+    the first dim by the rest (how Jordan's Muon flattens a conv filter: g.view(len(g), -1)), a
+    vector as a tall matrix as near square as its length allows (so the tall-matrix path is taken),
+    a scalar as 1 x 1."""
+    shape = tuple(shape)
+    if ranks is None or len(shape) in ranks:
+        return shape
+    if tuple(ranks) != (2,):
+        raise ValueError(f"no rule to give a {len(shape)}-d shape to an optimizer of ranks {ranks}")
+    if len(shape) == 0:
+        return (1, 1)
+    if len(shape) > 2:
+        return (shape[0], math.prod(shape[1:]))
+    n = shape[0]
+    cols = max((d for d in range(1, math.isqrt(n) + 1) if n % d == 0), default=1)
+    return (n // cols, cols)
 
 
 def _declares_specs(info) -> bool:
@@ -170,4 +194,4 @@ def registry() -> dict[str, OptimizerSpec]:
     return out
 
 
-__all__ = ["OptimizerSpec", "RATES", "ROLES", "Role", "assigns", "registry"]
+__all__ = ["OptimizerSpec", "RATES", "ROLES", "Role", "assigns", "registry", "shaped"]
