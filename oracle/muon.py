@@ -179,7 +179,8 @@ FORMS = {
                    "Jordan's muon.py)"),
         "sum": Form(VARIANT, "buf = mu*buf + g, nesterov g + mu*buf: the equation of torch.optim.Muon's "
                              "docstring and Moonshot's Moonlight muon.py; the same update where ||M|| >> eps "
-                             "(NS normalizes), a buffer 1/(1-mu) times larger"),
+                             "(NS normalizes), a buffer 1/(1-mu) times larger; apart where eps is near ||M||",
+                    probe={"eps": 10.0}),
     },
     "eps_mode": {
         "clamp": ref("X / max(||X||_F, eps) (torch.optim.Muon)"),
