@@ -117,6 +117,17 @@ def filled(like, value):
     return fill(value) if fill is not None else np.full_like(like, value)
 
 
+def computed_in(x, fmt):
+    """x as an implementation that continues in another format holds it (torch's Muon runs its
+    Newton-Schulz iteration in bfloat16 whatever the param's dtype). fmt: a format name of
+    oracle.storage, or an array whose format is meant (back to the param's). The specification is
+    exact arithmetic, so a plain float64 array is returned as it is; an array type that tracks
+    rounding (oracle.compare.measuring.errmodel.Bounded.converted) adds the conversion's rounding and
+    rounds what follows in that format."""
+    convert = getattr(x, "converted", None)
+    return convert(fmt) if convert is not None else x
+
+
 def ascent(g, hp: dict):
     """maximize: the update climbs, as on -g (torch's maximize negates the grad first)."""
     return -g if hp.get("maximize") else g

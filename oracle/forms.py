@@ -150,9 +150,18 @@ def standard_hparams(spec, probe: dict | None = None) -> dict:
     return {**hp, **(probe or {})}
 
 
+def _shaped_problem(spec):
+    """The standard problem with each tensor shaped as the optimizer takes it (oracle.spec.shaped:
+    Muon's are matrices); the same values."""
+    from .spec import shaped
+    p0, curv, centre, noise = _problem()
+    shape = lambda xs: [x.reshape(shaped(x.shape, spec.param_ranks)) for x in xs]  # noqa: E731
+    return shape(p0), shape(curv), shape(centre), noise
+
+
 def trajectory(spec, conv, steps: int, hparams: dict) -> list[list[np.ndarray]]:
     """The params (flattened per step) after each of `steps` steps of the standard problem, float64."""
-    problem = _problem()
+    problem = _shaped_problem(spec)
     params = [[p.copy() for p in problem[0]]]
     state = OptState.empty(params)
     out = [np.concatenate([p.ravel() for p in params[0]])]

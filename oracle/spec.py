@@ -13,6 +13,7 @@ oracle/compare/optimizers/).
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable
@@ -95,6 +96,8 @@ class OptimizerSpec:
                  or one of COMPLEX_FORMS. "components": torch's, the real update applied to the param,
                  grad and state viewed as (re, im) pairs (torch.view_as_real), so a second moment keeps
                  re^2 and im^2 apart, not |g|^2 (oracle.common.on_components; docs/oracle.md).
+    param_ranks: the param ranks the optimizer takes (Muon: (2,)); None for any. Every shape the
+                 engine and the forms' standard problem make is given to it through `shaped`.
     """
 
     name: str
@@ -116,6 +119,7 @@ class OptimizerSpec:
     roles: dict = field(default_factory=dict)
     layout: Callable | None = None
     complex_form: str | None = None
+    param_ranks: tuple | None = None
 
     def __post_init__(self):
         if self.complex_form not in (None, *COMPLEX_FORMS):
@@ -151,6 +155,26 @@ class OptimizerSpec:
             return keys
         kept = self.layout(tuple(shape))
         return tuple(k for k in keys if k in kept)
+
+
+def shaped(shape: tuple, ranks: tuple | None) -> tuple:
+    """`shape` as an optimizer taking params of `ranks` only is given it: unchanged where its rank is
+    taken (or any is); else, for an optimizer of matrices (ranks (2,)), a matrix of as many elements:
+    the first dim by the rest (how Jordan's Muon flattens a conv filter: g.view(len(g), -1)), a
+    vector as a tall matrix as near square as its length allows (so the tall-matrix path is taken),
+    a scalar as 1 x 1."""
+    shape = tuple(shape)
+    if ranks is None or len(shape) in ranks:
+        return shape
+    if tuple(ranks) != (2,):
+        raise ValueError(f"no rule to give a {len(shape)}-d shape to an optimizer of ranks {ranks}")
+    if len(shape) == 0:
+        return (1, 1)
+    if len(shape) > 2:
+        return (shape[0], math.prod(shape[1:]))
+    n = shape[0]
+    cols = max((d for d in range(1, math.isqrt(n) + 1) if n % d == 0), default=1)
+    return (n // cols, cols)
 
 
 def _declares_specs(info) -> bool:
@@ -193,4 +217,4 @@ def registry() -> dict[str, OptimizerSpec]:
     return out
 
 
-__all__ = ["COMPLEX_FORMS", "OptimizerSpec", "RATES", "ROLES", "Role", "assigns", "registry"]
+__all__ = ["COMPLEX_FORMS", "OptimizerSpec", "RATES", "ROLES", "Role", "assigns", "registry", "shaped"]

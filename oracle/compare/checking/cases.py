@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import oracle
-from oracle.spec import GUARD
+from oracle.spec import GUARD, shaped
 from oracle.storage import is_complex, round_to
 
 from ..optimizers import record, records
@@ -206,12 +206,19 @@ def _rng(seed: int, case: Case, *tag) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(key.encode())])
 
 
+def layout_shapes(case: Case) -> list[list[tuple]]:
+    """The layout's shapes per group, as the case's optimizer takes params (oracle.spec.shaped: Muon's
+    as matrices of as many elements; every other optimizer's unchanged)."""
+    ranks = oracle.SPECS[case.optimizer].param_ranks
+    return [[shaped(s, ranks) for s in shapes] for shapes in LAYOUTS[case.layout]["groups"]]
+
+
 def initial_params(case: Case, seed: int) -> list[list[np.ndarray]]:
     """float64 values exactly representable in the case's dtype."""
     regime = REGIMES[case.regime]
     rng = _rng(seed, case, "params")
     out = []
-    for shapes in LAYOUTS[case.layout]["groups"]:
+    for shapes in layout_shapes(case):
         group = []
         for k, shape in enumerate(shapes):
             shape = value_shape(shape, case.dtype)
@@ -233,7 +240,7 @@ def grads_at(case: Case, seed: int, step: int) -> list[list]:
     rng = _rng(seed, case, "grads", step)
     none = LAYOUTS[case.layout].get("grad_none", {})
     out = []
-    for g, shapes in enumerate(LAYOUTS[case.layout]["groups"]):
+    for g, shapes in enumerate(layout_shapes(case)):
         group = []
         for i, shape in enumerate(shapes):
             shape = value_shape(shape, case.dtype)

@@ -14,7 +14,7 @@ from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from . import scenario
-from .common import base_hparams, without_decay, build, declared, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+from .common import base_hparams, without_decay, build, declared, finish, grad_values, guarded, new_result, skip, tensor, unavailable, shaped_for, values
 
 
 CKPT_STEPS, CKPT_EXTRA = 20, 3
@@ -22,7 +22,7 @@ FLAG_KEYS = ("foreach", "fused", "capturable", "differentiable")
 
 
 def _ckpt_setup(target, dtype, device, seed, hp):
-    shapes = [[(8, 4), (5,)], [(6,)]]
+    shapes = shaped_for(target, [[(8, 4), (5,)], [(6,)]])
     scale = 1.0 if dtype == "float16" else 0.1
 
     def params():

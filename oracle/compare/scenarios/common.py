@@ -51,6 +51,15 @@ def rng(seed: int, *tags) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32("|".join(map(str, tags)).encode())])
 
 
+def shaped_for(target, shapes):
+    """A scenario's param shapes (a list of shapes, or one list per group) as the target's optimizer
+    takes params (oracle.spec.shaped: Muon's as matrices of as many elements; unchanged for the rest)."""
+    import oracle
+    from oracle.spec import shaped
+    ranks = oracle.SPECS[target.optimizer].param_ranks
+    return [shaped_for(target, s) if isinstance(s, list) else shaped(s, ranks) for s in shapes]
+
+
 def values(seed: int, shape, dtype: str, scale: float, *tags) -> np.ndarray:
     """float64 values exactly representable in `dtype`, from (seed, tags) alone."""
     return round_to(rng(seed, *tags).standard_normal(shape) * scale, dtype)

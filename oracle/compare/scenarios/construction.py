@@ -16,7 +16,7 @@ from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from ..targets.master_weights import MasterWeights
 from . import scenario
-from .common import base_hparams, without_decay, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+from .common import base_hparams, without_decay, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, shaped_for, values
 
 
 def held(init, val, model_param, state_dtype: str):
@@ -154,7 +154,7 @@ def run_construction(target, device="cpu", seed=0, wrapper=MasterWeights, wrappe
     checks = {n: CheckResult(n) for n in ("construction", "first_step", "counters", "wrapper", "eager_state",
                                           "eager_init")}
     notes = []
-    shapes = [[(6, 5), (7,)], [(4,)]]
+    shapes = shaped_for(target, [[(6, 5), (7,)], [(4,)]])
 
     def make_params(dtype):
         vals = [[values(seed, s, dtype, 1.0, "construction", g, i) for i, s in enumerate(ss)]

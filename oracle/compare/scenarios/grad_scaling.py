@@ -13,7 +13,7 @@ from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from ..checking.cases import with_eps
 from . import scenario
-from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, shaped_for, values
 
 
 SCALE = 1024.0  # a power of two: scaling and unscaling are exact
@@ -36,7 +36,7 @@ def run_grad_scaling(target, device="cpu", seed=0):
     if target.scaling is None:
         return skip(result, f"{target.name} has no grad-scaling interface (target.scaling is None)")
     checks = {n: CheckResult(n) for n in ("found_inf", "scaled_step", "counters")}
-    shapes = [(6, 4), (9,)]
+    shapes = shaped_for(target, [(6, 4), (9,)])
     params = [[tensor(values(seed, s, "float32", 1.0, "scaling", i), "float32", device) for i, s in enumerate(shapes)]]
     opt = build(target, params, hp)
     ls = Lockstep(target, opt, hp, checks["scaled_step"], checks["counters"])

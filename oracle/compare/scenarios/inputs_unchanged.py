@@ -11,7 +11,7 @@ from ..measuring.checks import CheckResult, Finding, same_bits
 from ..checking.guards import allocate
 from ..checking.case_run import set_grads
 from . import scenario
-from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, shaped_for, values
 
 
 def _configs(target):
@@ -35,7 +35,7 @@ def run_inputs_unchanged(target, device="cpu", seed=0, steps=3):
     if reason:
         return skip(result, reason)
     res, bounds, notes = CheckResult("inputs_unchanged"), CheckResult("bounds"), []
-    shapes = [(6, 3), (5,)]
+    shapes = shaped_for(target, [(6, 3), (5,)])
     # contiguous grads, then grads that are strided views with guarded gaps (oracle.compare.checking.guards):
     # a kernel reading or writing a strided grad by memory order shows in the gaps
     variants = [(dtype, "contiguous") for dtype in ("float32", "bfloat16")] + [("float32", "strided")]

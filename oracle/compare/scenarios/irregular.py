@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 
+import oracle
+from oracle.spec import shaped
 
 
 from ..measuring.checks import CheckResult, Finding
@@ -69,9 +71,11 @@ def run_irregular(target, device="cpu", seed=0):
     if reason:
         return skip(result, reason)
     checks, notes = {}, []
+    spec = oracle.SPECS[target.optimizer]
     bounds = CheckResult("bounds")  # every sub-case's params and grads sit in guarded buffers
     for name, sub in SUBCASES.items():
-        groups, none, steps = sub.groups, sub.grad_none, sub.steps
+        groups = [[(label, shaped(shape, spec.param_ranks), dt) for label, shape, dt in group] for group in sub.groups]
+        none, steps = sub.grad_none, sub.steps
         res = checks[name] = CheckResult(name)
         dtypes = {d for g in groups for _, _, d in g}
         missing = dtypes - set(target.dtypes)

@@ -14,7 +14,7 @@ from ..measuring.checks import CheckResult
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from . import scenario
-from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+from .common import base_hparams, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, shaped_for, values
 
 
 HORIZONS = (2 ** 8, 2 ** 11, 2 ** 24)
@@ -39,7 +39,7 @@ def _set_counter(opt, n: int) -> None:
 
 def _horizon(target, device, seed, hp, n: int, dtype: str, checks: dict, suffix: str) -> None:
     """One step, then the counter set to n - 2 on both sides, then HORIZON_STEPS steps across n."""
-    shapes = [(5, 4), (3,)]
+    shapes = shaped_for(target, [(5, 4), (3,)])
     values_check = checks[f"lockstep@{n}{suffix}"] = CheckResult(f"lockstep@{n}{suffix}")
     counters_check = checks[f"counters@{n}{suffix}"] = CheckResult(f"counters@{n}{suffix}")
     params = [[tensor(values(seed, s, dtype, 1.0, "horizon", i), dtype, device) for i, s in enumerate(shapes)]]

@@ -9,7 +9,7 @@ from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep
 from ..checking.case_run import set_grads
 from . import scenario
-from .common import base_hparams, without_decay, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, values
+from .common import base_hparams, without_decay, build, finish, grad_values, guarded, new_result, skip, tensor, unavailable, shaped_for, values
 
 # step -> factor on the base lr from that step on (set in param_groups before the step, as
 # torch.optim.lr_scheduler does): a decay, a warm restart above the base, and lr = 0
@@ -40,7 +40,7 @@ def run_lr_schedule(target, device="cpu", seed=0):
     if reason:
         return skip(result, reason)
     checks = {n: CheckResult(n) for n in ("lockstep", "counters", "lr")}
-    shapes = [[(5, 4), (3,)], [(6,)]]
+    shapes = shaped_for(target, [[(5, 4), (3,)], [(6,)]])
     params = [[tensor(values(seed, s, "float32", 1.0, "lr_schedule", g, i), "float32", device)
                for i, s in enumerate(ss)] for g, ss in enumerate(shapes)]
     opt = build(target, params, hp)

@@ -12,7 +12,7 @@ import torch
 from ..isolation import ranks
 from ..measuring.checks import CheckResult
 from . import scenario
-from .common import base_hparams, without_decay, finish, guarded, new_result, skip, unavailable
+from .common import base_hparams, without_decay, finish, guarded, new_result, skip, shaped_for, unavailable
 
 
 RANK_SKEW_WORLDS = (2, 4)
@@ -120,8 +120,9 @@ def _warm_up(target, job) -> None:
     """Run one step in the parent so that forked workers inherit what the first
     optimizer __init__ (torch._dynamo) and first step (an extension) load."""
     import torch.distributed.distributed_c10d  # noqa: F401
-    warm = torch.zeros(2, requires_grad=True)
-    warm.grad = torch.zeros(2)
+    shape = shaped_for(target, [(2,)])[0]  # a param the optimizer takes (Muon's: a matrix)
+    warm = torch.zeros(shape, requires_grad=True)
+    warm.grad = torch.zeros(shape)
     target.make([{"params": [warm], **job["hparams"][0]}], {}).step()
 
 

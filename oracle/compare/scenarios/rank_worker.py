@@ -52,16 +52,27 @@ def layout(world: int, rank: int, phase: int):
 SHAPES = {"D": (4, 3), "N": (3,)}
 
 
-def make(seed, names, device):
-    return [tensor(values(seed, SHAPES[n[0]], "float32", 1.0, "rank_skew", n), "float32", device) for n in names]
+def ranks_of(target):
+    import oracle
+    return oracle.SPECS[target.optimizer].param_ranks
 
 
-def grads_for(seed, names, k):
-    return [grad_values(seed, ("rank_skew", n), k, SHAPES[n[0]], "float32") for n in names]
+def shape_of(name: str, ranks) -> tuple:
+    """The tensor's shape as the optimizer takes params of `ranks` (oracle.spec.shaped: Muon's matrices)."""
+    from oracle.spec import shaped
+    return shaped(SHAPES[name[0]], ranks)
 
 
-def set_grads(groups, names, seed, k):
-    grads = [grads_for(seed, ns, k) for ns in names]
+def make(seed, names, device, ranks=None):
+    return [tensor(values(seed, shape_of(n, ranks), "float32", 1.0, "rank_skew", n), "float32", device) for n in names]
+
+
+def grads_for(seed, names, k, ranks=None):
+    return [grad_values(seed, ("rank_skew", n), k, shape_of(n, ranks), "float32") for n in names]
+
+
+def set_grads(groups, names, seed, k, ranks=None):
+    grads = [grads_for(seed, ns, k, ranks) for ns in names]
     for ps, gs in zip(groups, grads):
         for p, g in zip(ps, gs):
             p.grad = torch.tensor(g, dtype=p.dtype, device=p.device)
@@ -125,11 +136,11 @@ def run_rank(job: dict, rank: int, world: int, target=None, teardown: bool = Tru
 
     # phase 1
     names = layout(world, rank, 1)
-    params = [make(seed, ns, device) for ns in names]
+    params = [make(seed, ns, device, ranks_of(target)) for ns in names]
     opt = target.make([{"params": ps, **h} for ps, h in zip(params, hp)], {})
     ls = Lockstep(target, opt, hp, checks["lockstep"], checks["counters"], label)
     for k in range(1, K + 1):
-        grads = set_grads(params, names, seed, k)
+        grads = set_grads(params, names, seed, k, ranks_of(target))
         ls.step(k, grads)
     sd = opt.state_dict()
     for g, group in enumerate(sd["param_groups"]):
@@ -180,14 +191,14 @@ def run_rank(job: dict, rank: int, world: int, target=None, teardown: bool = Tru
     ls = Lockstep(target, opt, hp, checks["lockstep"], checks["counters"], label + "(resumed) ")
     ls.set_counters(K)
     for k in range(K + 1, K + E + 1):
-        grads = set_grads(params, names, seed, k)
+        grads = set_grads(params, names, seed, k, ranks_of(target))
         ls.step(k, grads)
 
     # the uninterrupted run of the phase-2 layout
-    ref_params = [make(seed, ns, device) for ns in names]
+    ref_params = [make(seed, ns, device, ranks_of(target)) for ns in names]
     ref = target.make([{"params": ps, **h} for ps, h in zip(ref_params, hp)], {})
     for k in range(1, K + E + 1):
-        set_grads(ref_params, names, seed, k)
+        set_grads(ref_params, names, seed, k, ranks_of(target))
         ref.step()
     compare_bits(checks["resume"], K + E, {f"{label}{k}": v for k, v in state_bits(ref).items()},
                  {f"{label}{k}": v for k, v in state_bits(opt).items()},

@@ -67,6 +67,8 @@ def torch_targets(records: dict) -> list[Target]:
         cls = torch_class(rec.torch_class)
         params = inspect.signature(cls).parameters
         for path, flags, compute in PATHS:
+            if path == "forloop" and "foreach" not in params:
+                flags = {}  # a class with one path and no flag for it (torch.optim.Muon): its forloop
             if not all(k in params for k in flags):
                 continue  # e.g. an optimizer without a fused path
             out.append(Target(
