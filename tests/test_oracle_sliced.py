@@ -6,6 +6,7 @@ import pytest
 
 import oracle
 import oracle.common as common
+from oracle.spec import shaped
 from oracle.common import OptState
 
 N = 1000  # > the slice size set below, and not a multiple of it: a short last slice
@@ -21,7 +22,8 @@ def _hparams(spec) -> dict:
 def _run(spec, slice_size, monkeypatch, steps=3):
     monkeypatch.setattr(common, "SLICE", slice_size)
     rng = np.random.default_rng(5)
-    params = [[rng.standard_normal(N), rng.standard_normal(7)]]
+    shapes = [shaped((N,), spec.param_ranks), shaped((7,), spec.param_ranks)]  # Muon takes matrices only
+    params = [[rng.standard_normal(s) for s in shapes]]
     state = OptState.empty(params)
     hp = [_hparams(spec)]
     try:
@@ -29,7 +31,7 @@ def _run(spec, slice_size, monkeypatch, steps=3):
     except ValueError:
         hp = [{}]
     for _ in range(steps):
-        grads = [[rng.standard_normal(N), rng.standard_normal(7)]]
+        grads = [[rng.standard_normal(s) for s in shapes]]
         params, state = spec.step(params, grads, state, hp, spec.convention)
     return params, state
 
@@ -60,8 +62,9 @@ def test_elementwise_rules_are_sliced():
         real = common._sliced
         common._sliced = lambda *a, **k: sliced.append(name) or real(*a, **k)
         try:
-            p = [[np.ones(common.SLICE + 1)]]
-            spec.step(p, [[np.ones(common.SLICE + 1)]], OptState.empty(p), [{}], spec.convention)
+            shape = shaped((common.SLICE + 1,), spec.param_ranks)
+            p = [[np.ones(shape)]]
+            spec.step(p, [[np.ones(shape)]], OptState.empty(p), [{}], spec.convention)
         finally:
             common._sliced = real
     assert {"adam", "adamw", "sgd", "adagrad", "lion"} <= set(sliced)
