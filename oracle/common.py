@@ -343,12 +343,12 @@ def _unaliased(new_params, new_state: OptState, params, state: OptState):
 SLICE = 1 << 14
 
 
-def _sliced(update, p, grad, st: dict, size: int = SLICE):
+def _sliced(update, p, grad, st: dict):
     """`update(p, grad, st) -> (p, st)` of an elementwise rule run slice by slice over the flattened
     param, with the same result bit for bit (every operation is per element). State entries shaped
     like the param are sliced with it; any other entry (the counter, a per-param scalar) is the same
     in every slice, and the last slice's value is kept."""
-    shape, n = np.shape(p), np.size(p)
+    shape, n, size = np.shape(p), np.size(p), SLICE  # read at call time: a test or benchmark may set it
     flat = {key: np.ravel(v) for key, v in st.items() if np.shape(v) == shape}
     pf, gf = np.ravel(p), np.ravel(grad)
     out_p, out_st = np.empty(n), {}
