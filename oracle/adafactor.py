@@ -206,7 +206,7 @@ FORMS = {
 }
 
 SPECS = (OptimizerSpec(name="adafactor", step=step, validate=validate, convention=TORCH_ADAFACTOR,
-                       state_keys=FACTORED + UNFACTORED, layout=layout, forms=FORMS, defaults=DEFAULTS,
+                       state_keys=FACTORED + UNFACTORED, layout=layout, reduces=True, forms=FORMS, defaults=DEFAULTS,
                        roles=ROLES, options=frozenset({"maximize"}), counter_hparams=("beta2_decay",),
                        summary="Adafactor, factored second moments (Shazeer & Stern 2018; torch.optim.Adafactor)",
                        presets={"torch.adafactor": TORCH_ADAFACTOR, "paper_eps.adafactor": PAPER_EPS_ADAFACTOR}),)

@@ -285,7 +285,7 @@ FORMS = {
 
 SPECS = (OptimizerSpec(name="lamb", step=step, validate=validate, convention=APEX_LAMB, reference=PAPER_LAMB, forms=FORMS,
          state_keys=("exp_avg", "exp_avg_sq"),
-                       defaults=DEFAULTS, roles=ROLES, summary="LAMB (apex FusedLAMB)",
+                       defaults=DEFAULTS, roles=ROLES, reduces=True, summary="LAMB (apex FusedLAMB)",
                        presets={"apex.lamb": APEX_LAMB, "nvlamb": NVLAMB, "paper.lamb": PAPER_LAMB,
                                 "deepspeed.lamb": DEEPSPEED_LAMB, "pytorch_optimizer.lamb": PYTORCH_OPTIMIZER_LAMB,
                                 "optax.lamb": OPTAX_LAMB}),)

@@ -209,7 +209,7 @@ FORMS = {
 SPECS = (OptimizerSpec(name="muon", step=step, validate=validate, convention=TORCH_MUON, forms=FORMS,
                        state_keys=("momentum_buffer",), defaults=DEFAULTS, roles=ROLES,
                        options=frozenset({"nesterov", "ns_coefficients", "ns_steps", "adjust_lr_fn"}),
-                       param_ranks=(2,),
+                       param_ranks=(2,), reduces=True,
                        summary="Muon, momentum orthogonalized by Newton-Schulz, 2-D params only (torch.optim.Muon)",
                        presets={"torch.muon": TORCH_MUON, "jordan.muon": JORDAN_MUON,
                                 "moonlight.muon": MOONLIGHT_MUON}),)

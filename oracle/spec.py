@@ -98,6 +98,9 @@ class OptimizerSpec:
                  re^2 and im^2 apart, not |g|^2 (oracle.common.on_components; docs/oracle.md).
     param_ranks: the param ranks the optimizer takes (Muon: (2,)); None for any. Every shape the
                  engine and the forms' standard problem make is given to it through `shaped`.
+    reduces:     the update of an element reads other elements (a norm, a row mean, a matmul), so
+                 a compiler splits the step into several kernels whose buffers between them keep
+                 the param's dtype (oracle.compare.targets.compiled); False: purely elementwise.
     """
 
     name: str
@@ -120,6 +123,7 @@ class OptimizerSpec:
     layout: Callable | None = None
     complex_form: str | None = None
     param_ranks: tuple | None = None
+    reduces: bool = False
 
     def __post_init__(self):
         if self.complex_form not in (None, *COMPLEX_FORMS):
