@@ -47,6 +47,21 @@ def test_a_counter_the_update_reads_at_the_horizon_is_still_found_float32():
     assert judged.convention.counter_format == "float32"
 
 
+def test_a_known_defect_of_the_target_is_no_evidence(monkeypatch):
+    """torch Muon's bf16 nesterov=False probes fail under every candidate by a listed torch defect
+    (torch-muon-bf16-buffer-normalized-in-place): those probes tell no form from another, so inference
+    still finds the built-in torch.muon.forloop's conventions, bf16 arithmetic included. With the
+    known-findings file switched off the same probes count, and nothing explains the class."""
+    from oracle.compare.checking import known
+    inf = I.infer(load_impl("torch.optim:Muon", optimizer="muon", inferred=False))
+    assert inf.chosen is not None, inf.lines()
+    judged = apply(load_impl("torch.optim:Muon", optimizer="muon", inferred=False), inf.chosen)
+    ref = builtin("torch.muon.forloop")
+    assert judged.convention == ref.convention and judged.compute == ref.compute == "storage"
+    monkeypatch.setenv(known.ENV, "none")
+    assert I.infer(load_impl("torch.optim:Muon", optimizer="muon", inferred=False)).chosen is None
+
+
 def test_declared_axes_win(monkeypatch):
     """A class that declares its arithmetic keeps it: inference only fills what is not declared."""
     class Declared(torch.optim.AdamW):

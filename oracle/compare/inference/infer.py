@@ -179,7 +179,20 @@ def run_probe(target, case, seed: int, device: str) -> Probe:
         # the target raised: a crash under every candidate alike (torch Adafactor on an empty param)
         # tells no convention from another; the judged run reports it
         return Probe(case.name, False, res.reason, skipped=True)
-    return Probe(case.name, False, res.reason if res.status == "error" else describe(res))
+    defects = known_defects(target.name, case.name, res)
+    if defects:
+        # a listed defect of this target fails the probe under every candidate alike: no evidence
+        # (the judged run reports it as known, and as fixed once it stops failing)
+        return Probe(case.name, False, defects, skipped=True)
+    return Probe(case.name, False, describe(res))
+
+
+def known_defects(target: str, case: str, res) -> str:
+    """The known-defect notes (reports/known.toml, or --known's file) that account for every check
+    `res` fails; "" when any failing check is unaccounted for."""
+    from ..checking import known
+    notes = [known.note(target, check, case) for check in known.failing_checks(res)]
+    return "; ".join(dict.fromkeys(notes)) if notes and all(notes) else ""
 
 
 def explains(target, probes, seed: int, device: str, stop_early: bool = True, runs: list | None = None) -> list:
