@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 import oracle
-from oracle.spec import shaped
+from oracle.spec import GUARD, shaped
 
 
 from ..measuring.checks import CheckResult, Finding
@@ -34,6 +34,10 @@ class SubCase:
     hparams: dict = field(default_factory=dict)
     add_group_at: int | None = None
     may_refuse: str | None = None
+    grad_scale: float = 1.0
+    # run only where a denominator guard defaults to None, i.e. to each param's own format epsilon
+    # (torch Adafactor's eps1); the hyperparameters then keep that default
+    format_eps: bool = False
 
 
 F = "float32"
@@ -46,8 +50,18 @@ SUBCASES = {
     # eps large enough for the fp16 param's updates to show (where the optimizer has an eps)
     "mixed_dtypes": SubCase([[("f32", (5,), "float32"), ("bf16", (6,), "bfloat16"), ("f16", (4,), "float16")]],
                             hparams={"eps": 1e-3}),
+    # the same group with the guard left to each param's format: the bf16 param's grads small enough
+    # (1e-3) that bf16's epsilon binds where float32's does not, so one epsilon for every param shows
+    "mixed_dtypes_format_eps": SubCase([[("f32", (5,), "float32"), ("bf16", (6,), "bfloat16"),
+                                         ("f16", (4,), "float16")]], grad_scale=1e-2, format_eps=True),
     "add_param_group": SubCase([[("a", (5, 2), F)]], steps=5, add_group_at=3),
 }
+
+
+def format_eps_default(spec) -> bool:
+    """A tuple-valued eps with a guard component defaulting to None (the param format's epsilon)."""
+    eps, role = spec.defaults.get("eps"), spec.roles.get("eps")
+    return isinstance(role, tuple) and any(r.what == GUARD and v is None for r, v in zip(role, eps))
 
 
 def _guarded(x: np.ndarray, dtype, device, kind, name: str, guards: list, leaf: bool = True):
@@ -83,7 +97,11 @@ def run_irregular(target, device="cpu", seed=0):
             res.note = f"skipped: {target.name} does not support {', '.join(sorted(missing))}"
             notes.append(f"{name} skipped ({res.note[9:]})")
             continue
-        hp = [with_regime(target.optimizer, base, sub.hparams)]
+        if sub.format_eps and not format_eps_default(spec):
+            res.note = "skipped: no denominator guard of this optimizer defaults to the param's format epsilon"
+            continue
+        sub_base = {**base, "eps": spec.defaults["eps"]} if sub.format_eps else base
+        hp = [with_regime(target.optimizer, sub_base, sub.hparams)]
         params, guards = [], []
         for g, group in enumerate(groups):
             row = []
@@ -118,7 +136,7 @@ def run_irregular(target, device="cpu", seed=0):
             for g, group in enumerate(layout):
                 row = []
                 for label, shape, dt in group:
-                    scale = 1.0 if dt == "float16" else 0.1
+                    scale = (1.0 if dt == "float16" else 0.1) * sub.grad_scale
                     row.append(None if k in none.get(label, ()) else grad_values(seed, ("irr", name, label), k, shape, dt, scale))
                 grads.append(row)
             grad_guards = []
