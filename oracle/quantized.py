@@ -37,7 +37,8 @@ Formats, as read from the pinned sources:
 A code is decided by which side of a decision boundary n falls on: the midpoint between two
 neighbouring codes (for e4m3 the midpoint between neighbouring representable values). Where the
 oracle's n lies within its error bound of a boundary, either neighbour is a correct code
-(`ambiguous`); everywhere else exactly one is.
+(`ambiguous`), and where the bound spans several boundaries every code between (`code_range`);
+everywhere else exactly one is.
 """
 from __future__ import annotations
 
@@ -248,31 +249,52 @@ def boundaries(fmt: QuantFormat) -> np.ndarray:
     return (code[:-1] + code[1:]) / 2.0
 
 
-def ambiguous(x, bound, fmt: QuantFormat) -> np.ndarray:
-    """Per element: True where a correct implementation may store either neighbouring code, i.e.
-    the normalized value's error interval contains a decision boundary. x: the oracle's value
-    (float64) and bound its absolute error bound; the block's scale carries the bound of the
-    element that sets it. Float32 roundings of the division and of the library's comparison are
-    included (two float32 ulps of n)."""
+def _normalized_error(x, bound, fmt: QuantFormat) -> tuple[np.ndarray, np.ndarray]:
+    """(n, err) per element, flattened: the oracle's normalized value x/s and the bound of |n' - n|
+    for any correct implementation's n' (x within `bound`, the block's scale within the bound of the
+    element that sets it, two float32 ulps of n for the division and the library's comparison); err
+    is inf where the block's scale may be 0 (that block reads back as 0 whatever its codes)."""
     x = np.asarray(x, dtype=np.float64)
     b = np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape).reshape(-1)
     x = x.reshape(-1)
     rows, n = _blocks(x, fmt.block)
     brow, _ = _blocks(b, fmt.block)
     s = scales(x, fmt).astype(np.float64)
-    bs = brow.max(axis=1) if brow.size else np.zeros(0)
+    absmax = np.abs(rows).max(axis=1).astype(np.float64) if rows.size else np.zeros(0)
+    # n' - n = (dx - n*ds)/(s + ds) exactly, with |dx| <= b and the scale's relative change
+    # |ds|/s <= r = (largest bound in the block)/absmax (plus the e4m3 scale's own float32 rounding)
     with np.errstate(invalid="ignore", divide="ignore"):
+        bs = brow.max(axis=1) if brow.size else np.zeros(0)
+        r = np.where(bs == 0, 0.0, bs / absmax)
+        if fmt.scale == "absmax_floor_e4m3":
+            r = r + 2.0 ** -24
+        r = np.where(r < 1.0, r, np.inf)   # a scale that may reach 0 decides no code
         nv = (rows / s[:, None]).reshape(-1)[:n]
-        rel = (brow / np.abs(rows) + (bs / s)[:, None]).reshape(-1)[:n]
-        err = np.where(rows.reshape(-1)[:n] == 0, (brow / s[:, None]).reshape(-1)[:n], np.abs(nv) * rel)
+        err = ((brow / s[:, None] + np.abs(rows / s[:, None]) * r[:, None]) / (1.0 - r[:, None])).reshape(-1)[:n]
     err = np.nan_to_num(err, nan=np.inf) + 2.0 * np.spacing(np.abs(nv).astype(F32)).astype(np.float64)
-    # a block whose scale may be 0 reads back as 0 whatever its codes: none is decided
-    err = np.where(np.repeat(s <= bs, fmt.block)[:n], np.inf, err)
+    return nv, err
+
+
+def code_range(x, bound, fmt: QuantFormat) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) per element, flattened: the lowest and highest code index a correct implementation
+    may store, i.e. the codes nearest the ends of the normalized value's error interval. The nearest
+    code is monotone in n for a fixed scale, so every correct code lies between them; an end exactly
+    on a decision boundary counts both of its codes. A bound spanning several codes (a trajectory's
+    error carried over many steps, or dense codes near 0) allows all of them, not one."""
+    nv, err = _normalized_error(x, bound, fmt)
     edges = boundaries(fmt)
-    k = np.searchsorted(edges, nv)
-    below = np.abs(nv - edges[np.clip(k - 1, 0, edges.size - 1)])
-    above = np.abs(edges[np.clip(k, 0, edges.size - 1)] - nv)
-    return ~(np.minimum(below, above) > err)   # NaN (a zero scale) is ambiguous too
+    with np.errstate(invalid="ignore"):
+        lo = np.searchsorted(edges, nv - err, side="left")
+        hi = np.searchsorted(edges, nv + err, side="right")
+    unknown = np.isnan(nv) | ~np.isfinite(err)   # NaN: a zero scale
+    return np.where(unknown, 0, lo), np.where(unknown, edges.size, hi)
+
+
+def ambiguous(x, bound, fmt: QuantFormat) -> np.ndarray:
+    """Per element: True where a correct implementation may store another code than the nearest to
+    the oracle's value, i.e. the normalized value's error interval contains a decision boundary."""
+    lo, hi = code_range(x, bound, fmt)
+    return lo != hi
 
 
 # --- invariants ------------------------------------------------------------------------------
@@ -298,6 +320,6 @@ def code_book_problems(values, fmt: QuantFormat) -> list[str]:
     return out
 
 
-__all__ = ["E4M3_MAX", "FORMATS", "QuantFormat", "ambiguous", "boundaries", "code_book_problems", "dequantize",
+__all__ = ["E4M3_MAX", "FORMATS", "QuantFormat", "ambiguous", "boundaries", "code_book_problems", "code_range", "dequantize",
            "dynamic_map", "e4m3_values", "linspace_f32", "nearest", "normalized", "quantize", "round_trip",
            "scales"]

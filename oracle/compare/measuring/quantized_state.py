@@ -171,11 +171,14 @@ def _compare_scales(res, step, tensor, want, got, tol) -> None:
 
 def _compare_codes(res, step, tensor, x, bound, q_exp, s_exp, got: QuantRead, old) -> None:
     fmt = Q.FORMATS[got.fmt]
-    amb = Q.ambiguous(x, bound, fmt).reshape(x.shape)
+    lo, hi = (r.reshape(x.shape) for r in Q.code_range(x, bound, fmt))
+    amb = lo != hi
     nblock = np.arange(x.size).reshape(x.shape) // fmt.block
     zero = (s_exp[nblock] == 0) & (got.scales[nblock] == 0) if got.scales.shape == s_exp.shape else np.zeros_like(amb)
     d = np.abs(got.codes - q_exp)
-    allowed = np.where(zero, np.inf, np.where(amb, 1, 0))
+    # every code in [lo, hi] is correct: the allowance is the distance to the farther end
+    wrong_side = np.where(got.codes < q_exp, q_exp - lo, hi - q_exp)
+    allowed = np.where(zero, np.inf, wrong_side.astype(np.float64))
     wrong = d > allowed
     res.compared += x.size
     res.unbounded += int(np.sum(amb & ~zero))
@@ -218,7 +221,8 @@ def _power(x, old, undecided, s, fmt: Q.QuantFormat) -> float:
 
 def store(x: Bounded, fmt: Q.QuantFormat) -> Bounded:
     """The oracle's value stored through the format and read back, with what the target's read-back
-    may differ by: |code| times the scale's bound, and one code step where the code is undecided."""
+    may differ by: the farthest code it may hold (Q.code_range) from the oracle's, plus that code's
+    magnitude times the scale's bound."""
     v = np.asarray(x.v, dtype=np.float64)
     e = np.broadcast_to(np.asarray(x.e, dtype=np.float64), v.shape)
     if not fmt.quantizes(v.size):
@@ -228,12 +232,14 @@ def store(x: Bounded, fmt: Q.QuantFormat) -> Bounded:
     block = np.arange(v.size).reshape(v.shape) // fmt.block
     bs = scale_bound(REORDER_FACTOR * e, s, fmt)[block]
     codes = fmt.codes.astype(np.float64)
-    step = np.maximum(np.abs(codes[np.minimum(q + 1, codes.size - 1)] - codes[q]),
-                      np.abs(codes[q] - codes[np.maximum(q - 1, 0)])) * s[block]
-    amb = Q.ambiguous(v, REORDER_FACTOR * e, fmt).reshape(v.shape)
+    # the codes a correct target may hold: every code between the nearest codes of the interval's
+    # ends (a carried error spanning several codes allows all of them, not one neighbour)
+    lo, hi = (r.reshape(v.shape) for r in Q.code_range(v, REORDER_FACTOR * e, fmt))
+    spread = np.maximum(np.abs(codes[hi] - codes[q]), np.abs(codes[q] - codes[lo])) * s[block]
     with np.errstate(invalid="ignore"):  # code 0 reads back as 0 whatever the scale (inf bound included)
-        scale_part = np.where(codes[q] == 0, 0.0, np.abs(codes[q]) * bs)
-    return Bounded(back, scale_part + np.where(amb, step, 0.0), x.u)
+        far = np.maximum(np.abs(codes[lo]), np.abs(codes[hi]))
+        scale_part = np.where(far == 0, 0.0, far * bs)
+    return Bounded(back, scale_part + spread, x.u)
 
 
 __all__ = ["PREFIX", "QuantEntry", "QuantRead", "bnb_entry", "compare_quantized", "format_of", "is_quantized",
