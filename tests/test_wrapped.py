@@ -201,3 +201,17 @@ def test_the_dtensor_rules_torch_registers_are_the_ones_the_records_assume():
              for op in getattr(prop, attr, {})}
     assert "aten._fused_adam_.default" in ruled and "aten._fused_adamw_.default" in ruled
     assert "aten._fused_adagrad_.default" not in ruled and "aten._fused_sgd_.default" not in ruled
+
+
+def test_an_optimizer_of_matrices_gets_the_wrapped_params_as_matrices():
+    """Muon takes 2-D params only (its spec's param_ranks): the wrapped scenario gives it each of
+    SHAPES as a matrix of as many elements (its bias-like vectors included), and its data and
+    initial values in those shapes; every other optimizer gets SHAPES unchanged."""
+    muon, adamw = find("torch.muon.forloop"), find("torch.adamw.forloop")
+    shapes = W.shapes_of(muon)
+    assert all(len(s) == 2 for ss in shapes for s in ss)
+    assert [[int(np.prod(s)) for s in ss] for ss in shapes] == [[int(np.prod(s)) for s in ss] for ss in W.SHAPES]
+    assert W.shapes_of(adamw) == [list(ss) for ss in W.SHAPES]
+    start = W.initial(0, "cpu", shapes)
+    assert [[tuple(t.shape) for t in ts] for ts in start] == [[tuple(s) for s in ss] for ss in shapes]
+    assert [[x.shape for x in xs] for xs in W.local_data(0, 1, 0, 2, shapes)] == [[tuple(s) for s in ss] for ss in shapes]

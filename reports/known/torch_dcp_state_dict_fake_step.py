@@ -8,7 +8,8 @@ step then runs as step 2 (AdamW's bias corrections for t = 2: the update is 1 - 
 ~ 0.53 of the step-1 update). What FSDP2 users hit when they checkpoint at step 0 or take the state dict
 (e.g. for a checkpoint manager) before training.
 
-No process group needed: a plain module in this process. For torch AdamW, Adam and SGD(momentum):
+No process group needed: a plain module in this process. For torch AdamW, Adam, SGD(momentum), Adamax,
+Adadelta, ASGD, NAdam, RAdam and RMSprop (each with coupled or decoupled decay 0.1):
 the same first real step with and without a get_optimizer_state_dict call before it.
 Exit 0 (reproduces): for every optimizer, the call leaves a counter at 1 or a moment with values, and
 the first real step's params differ from the run without the call; 1 otherwise.
@@ -22,6 +23,12 @@ MAKERS = {
     "AdamW": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, foreach=False),
     "Adam": lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.1, foreach=False),
     "SGD": lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9, weight_decay=0.1, foreach=False),
+    "Adamax": lambda ps: torch.optim.Adamax(ps, lr=0.01, weight_decay=0.1, foreach=False),
+    "Adadelta": lambda ps: torch.optim.Adadelta(ps, lr=0.5, weight_decay=0.1, foreach=False),
+    "ASGD": lambda ps: torch.optim.ASGD(ps, lr=0.01, weight_decay=0.1, foreach=False),
+    "NAdam": lambda ps: torch.optim.NAdam(ps, lr=0.01, weight_decay=0.1, foreach=False),
+    "RAdam": lambda ps: torch.optim.RAdam(ps, lr=0.01, weight_decay=0.1, foreach=False),
+    "RMSprop": lambda ps: torch.optim.RMSprop(ps, lr=0.01, weight_decay=0.1, foreach=False),
 }
 
 

@@ -37,31 +37,36 @@ from ..checking.bitwise import compare_bits
 from ..measuring.checks import CheckResult, Finding, same_bits
 from .torch_wrappers import full
 from ..checking.lockstep import Lockstep
-from .common import rng, tensor, values
+from .common import rng, shaped_for, tensor, values
 
 SHAPES = [[(4, 3), (5,), (3, 2), (6,), (2, 2)], [(3,)]]  # group 1: one norm weight, empty on all ranks but one
 BATCH = 4  # global contributions per step
 
 
-def contributions(seed: int, g: int, i: int, k: int) -> np.ndarray:
+def contributions(seed: int, g: int, i: int, k: int, shapes=SHAPES) -> np.ndarray:
     """The BATCH contributions to param (g, i)'s grad at step k: n/256, |n| <= 64."""
-    shape = SHAPES[g][i]
+    shape = shapes[g][i]
     return rng(seed, "wrapped", g, i, k).integers(-64, 65, size=(BATCH, *shape)) / 256.0
 
 
-def local_data(seed: int, k: int, rank: int, world: int) -> list:
+def local_data(seed: int, k: int, rank: int, world: int, shapes=SHAPES) -> list:
     share = BATCH // world
-    return [[contributions(seed, g, i, k)[rank * share:(rank + 1) * share].mean(axis=0)
-             for i in range(len(ss))] for g, ss in enumerate(SHAPES)]
+    return [[contributions(seed, g, i, k, shapes)[rank * share:(rank + 1) * share].mean(axis=0)
+             for i in range(len(ss))] for g, ss in enumerate(shapes)]
 
 
-def global_grads(seed: int, k: int) -> list:
-    return [[contributions(seed, g, i, k).mean(axis=0) for i in range(len(ss))] for g, ss in enumerate(SHAPES)]
+def global_grads(seed: int, k: int, shapes=SHAPES) -> list:
+    return [[contributions(seed, g, i, k, shapes).mean(axis=0) for i in range(len(ss))] for g, ss in enumerate(shapes)]
 
 
-def initial(seed: int, device: str) -> list:
+def initial(seed: int, device: str, shapes=SHAPES) -> list:
     return [[tensor(values(seed, s, "float32", 1.0, "wrapped", g, i), "float32", device, leaf=False)
-             for i, s in enumerate(ss)] for g, ss in enumerate(SHAPES)]
+             for i, s in enumerate(ss)] for g, ss in enumerate(shapes)]
+
+
+def shapes_of(target) -> list:
+    """SHAPES as the target's optimizer takes params (Muon: each as a matrix of as many elements)."""
+    return shaped_for(target, SHAPES)
 
 
 def forked(job: dict, rank: int, world: int, target, wrapper, env: dict) -> None:
@@ -102,7 +107,8 @@ def run_rank(job: dict, rank: int, world: int, target, wrapper, teardown: bool =
     label = f"rank {rank} "
     resume = job["mode"] == "resume"
     saved = torch.load(os.path.join(job["ckpt"], "params.pt"), weights_only=True) if resume else None
-    start = [[t.clone() for t in ts] for ts in saved] if resume else initial(seed, device)
+    shapes = shapes_of(target)
+    start = [[t.clone() for t in ts] for ts in saved] if resume else initial(seed, device, shapes)
     if not resume:
         _checkpoint_init(checks["checkpoint_init"], target, wrapper.build(target, Holder(start), hp), start, label)
     w = wrapper.build(target, Holder(start), hp)
@@ -115,8 +121,8 @@ def run_rank(job: dict, rank: int, world: int, target, wrapper, teardown: bool =
         ls.set_counters(K)
     first = K + 1 if resume else 1
     for k in range(first, K + E + 1):
-        _backward(w, seed, k, rank, world)
-        grads = _check_grads(checks["allreduce"], w, seed, k, label)
+        _backward(w, seed, k, rank, world, shapes)
+        grads = _check_grads(checks["allreduce"], w, seed, k, label, shapes)
         local = [[grads[g][i] for i in pos] for g, pos in enumerate(w.local)]
         ls.step(k, local)
         _check_sync(checks["sync"], w, k, world, label)
@@ -215,18 +221,18 @@ def _checkpoint_init(res: CheckResult, target, w, start, label) -> None:
                                      detail="state given values by the checkpoint state dict before any step"))
 
 
-def _backward(w, seed, k, rank, world) -> None:
+def _backward(w, seed, k, rank, world, shapes=SHAPES) -> None:
     for ps in w.params:
         for p in ps:
             if p.grad is not None:
                 p.grad.zero_()  # keep bucket views (set_to_none would drop them)
-    data = [[torch.tensor(x, dtype=torch.float32) for x in xs] for xs in local_data(seed, k, rank, world)]
+    data = [[torch.tensor(x, dtype=torch.float32) for x in xs] for xs in local_data(seed, k, rank, world, shapes)]
     w.model(data).backward()
 
 
-def _check_grads(res: CheckResult, w, seed, k, label) -> list:
+def _check_grads(res: CheckResult, w, seed, k, label, shapes=SHAPES) -> list:
     """Every grad equals the float64 mean of the global batch, exactly; returns them as float64."""
-    want = global_grads(seed, k)
+    want = global_grads(seed, k, shapes)
     out = []
     for g, ps in enumerate(w.params):
         row = []
