@@ -279,3 +279,32 @@ def test_long_horizon_on_fp16_params_raises_eps_as_the_matrix_does(seed):
         r = S.run_long_horizon(TORCH[name], "cpu", seed)
         assert r.status == "pass", (name, r.reason)
         assert any(k.endswith("/fp16") for k in r.checks), sorted(r.checks)
+
+
+def test_every_rank_of_a_compiling_target_gets_its_start_time(monkeypatch):
+    """A target whose fresh processes compile before stepping (Target.start_s: torchao's) has that
+    time added to the limit of every rank the rank and wrapper scenarios start: four torchao ranks
+    compiling on 2 cores ran past the plain 120 s."""
+    from dataclasses import replace
+
+    from oracle.compare.registry import find
+    from oracle.compare.scenarios import rank_skew as R
+    from oracle.compare.scenarios import wrapped as WR
+    seen = []
+
+    def ranks(spec, target, device, seed, world, timeout, spawn=False):
+        seen.append(("rank_skew", timeout))
+        return [], "stopped by the test"
+
+    def launch(target, spec, checks, tmp, world, extra, seed, hp, timeout, label=None):
+        seen.append(("wrapped", timeout))
+        return "stopped by the test"
+
+    monkeypatch.setattr(R, "launch_ranks", ranks)
+    monkeypatch.setattr(WR, "_launch", launch)
+    slow = replace(find("torch.adamw.forloop"), start_s=250.0)
+    for target, want in ((slow, 370.0), (find("torch.adamw.forloop"), 120.0)):
+        seen.clear()
+        assert R.run_rank_skew(target).status == "error"
+        WR.run_wrapped(target, wrapper="ddp_bucket_view")
+        assert seen == [("rank_skew", want), ("wrapped", want)], seen

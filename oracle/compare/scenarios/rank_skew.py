@@ -55,7 +55,7 @@ def run_rank_skew(target, device="cpu", seed=0, worlds=RANK_SKEW_WORLDS, timeout
                             + (target.no_fork or "CUDA needs spawn"))
     checks, notes = {}, []
     for world in worlds:
-        per_rank, err = launch_ranks(spec, target, device, seed, world, timeout, spawn)
+        per_rank, err = launch_ranks(spec, target, device, seed, world, timeout + target.start_s, spawn)
         if err:
             result.status, result.reason = "error", f"world {world}: {err}"
             result.checks = {"error": CheckResult("error", passed=False, note=err)}

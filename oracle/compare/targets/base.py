@@ -79,6 +79,10 @@ class Target:
     # or "stochastic" (toward or away from zero at random, oracle.compare.measuring.stochastic: judged
     # by the `rounding` check, and torch's generator seeded from the case's seed before each run)
     rounding: str = "nearest"
+    # seconds a fresh process of this target may need before its steps run at their usual speed
+    # (torch.compile compiling each param shape on the first step): added to the time limit of every
+    # rank a multi-process scenario starts, since each rank compiles afresh
+    start_s: float = 0.0
 
     def unavailable(self, device: str) -> str | None:
         if device not in self.devices:

@@ -69,7 +69,7 @@ from oracle.lion import REFERENCE_LION
 
 from ..measuring.quantized_state import bnb_entry, torchao_entry
 from .base import Target
-from .bitsandbytes_torchao import BNB_ADAM, TORCHAO_ADAMW, _cpu_only, _version, bnb_unavailable, make_factory, torchao_unavailable
+from .bitsandbytes_torchao import BNB_ADAM, TORCHAO_ADAMW, TORCHAO_START_S, _cpu_only, _version, bnb_unavailable, make_factory, torchao_unavailable
 
 # bitsandbytes' Lion: torch.sign (sign(0) = 0), decay before the update, a per-param int counter (the
 # reference form with its counter kept: no preset of its own, inference crosses counter locations)
@@ -107,6 +107,7 @@ def _torchao(name: str, cls: str, exp_avg: str, exp_avg_sq: str, defaults: dict,
                           f"torchao {cls}", defaults, **flags),
         devices=("cpu",), dtypes=("float32", "bfloat16"), compute="float32", state_dtype="param",
         options=frozenset({"amsgrad"}), requires=_cpu_only(torchao_unavailable), in_default=False,
+        start_s=TORCHAO_START_S,
         subset=TORCHAO_SUBSET,
         subset_reason="torch.compile compiles each param shape on its first step (seconds a case on 2 cores)",
         no_dtensor="its state subclasses are not DTensor-aware here",
