@@ -410,6 +410,11 @@ def test_diff_finds_each_kind_of_change():
     assert d.new_failures == [("t.e", "adamw/fp32/x", 0, "lockstep", "fail")]
     assert d.fixed == [("t.a", "adamw/fp32/y", 0, "lockstep")]
     assert [s[:2] for s in d.skips_appeared] == [("t.d", "(all cases)")]
+    # a target new to NEW that skips, or a new case a target skips, loses nothing that ran before
+    more = compare(OLD, report(*NEW["results"], row("t.f", "(all cases)", "skip", reason="lib missing"),
+                               row("t.a", "adamw/c64/x", "skip", reason="no complex")), factor=2.0)
+    assert more.skips_appeared == d.skips_appeared
+    assert [s[:2] for s in more.new_rows_skipped] == [("t.f", "(all cases)"), ("t.a", "adamw/c64/x")]
     assert ("t.c", "(all cases)", 0, "absent") in d.skips_vanished
     assert [(r[0], r[2]) for r in d.rose] == [("t.b", "lockstep"), ("t.e", "lockstep")]
     assert d.worse
@@ -439,7 +444,7 @@ def test_diff_cli_exit_codes_and_markdown(tmp_path, capsys):
 
 def test_diff_on_committed_reports():
     """reports/torchao/previous: torchao judged by torch's bias-correction convention (commit 372f9bf);
-    reports/torchao: under its own declared precision. Going forward fixes 30 failing checks and
+    reports/torchao: under its own declared precision. Going forward fixes 27 failing checks and
     breaks nothing; going back is worse."""
     prev, cur = ROOT / "reports/torchao/previous/report.json", ROOT / "reports/torchao/report.json"
     out = subprocess.run([sys.executable, "-m", "oracle.compare", "diff", str(prev), str(cur)],

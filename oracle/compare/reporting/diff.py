@@ -5,7 +5,8 @@ summary or a terminal):
 
 - new failures: a check (or an error row) failing in NEW that did not fail in OLD;
 - fixed: a check failing in OLD that passes in NEW (its row ran in both);
-- skips that appeared (the row is skipped in NEW, not in OLD) or vanished;
+- skips that appeared (the row ran in OLD and is skipped in NEW, or a target that ran in OLD is skipped
+  as a whole) or vanished; rows new to NEW that skip (a new target's, a new case's) are counted apart;
 - rows no longer run / newly run (information only);
 - per target x dtype x check (dtype "scenarios" for scenario rows), the worst error-to-bound ratio
   (`worst_ratio` of report.json's checks, max over rows that ran) before and after; a ratio that rose
@@ -98,6 +99,7 @@ class Diff:
     skips_vanished: list = field(default_factory=list)  # (target, case, seed, now status)
     not_run: list = field(default_factory=list)         # rows in OLD only
     newly_run: list = field(default_factory=list)       # rows in NEW only (not skipped)
+    new_rows_skipped: list = field(default_factory=list)  # rows in NEW only, skipped (target, case, seed, reason)
     ratios: list = field(default_factory=list)          # (target, dtype, check, before, after, flagged)
 
     @property
@@ -112,11 +114,17 @@ class Diff:
 def compare(old: dict, new: dict, factor: float = DEFAULT_FACTOR, floor: float = DEFAULT_FLOOR) -> Diff:
     d = Diff(old, new, factor, floor)
     a, b = _rows(old), _rows(new)
+    ran_before = {key[0] for key, ra in a.items() if ra["status"] != "skip"}
     for key, rb in b.items():
         ra = a.get(key)
         if rb["status"] == "skip":
-            if ra is None or ra["status"] != "skip":
+            # worse only where something that ran in OLD runs no more: the row itself, or a target that
+            # ran skipped as a whole; a row new to NEW (a new target, a new case) that skips loses nothing
+            if (ra is not None and ra["status"] != "skip") or (ra is None and key[0] in ran_before
+                                                                and rb["case"] == "(all cases)"):
                 d.skips_appeared.append((*key, rb.get("reason", "")))
+            elif ra is None:
+                d.new_rows_skipped.append((*key, rb.get("reason", "")))
             continue
         if ra is None:
             d.newly_run.append(key)
@@ -164,7 +172,7 @@ def markdown(d: Diff, limit: int = 50) -> str:
            f"- **{len(d.new_failures)} new failures, {len(d.fixed)} fixed, {len(d.skips_appeared)} skips appeared, "
            f"{len(d.skips_vanished)} vanished, {len(d.rose)} worst-ratio rises > {d.factor:g}x** "
            f"(ratios below {d.floor:g} count as {d.floor:g}); {len(d.not_run)} rows no longer run, "
-           f"{len(d.newly_run)} newly run", ""]
+           f"{len(d.newly_run)} newly run, {len(d.new_rows_skipped)} new rows skipped", ""]
 
     def section(title, head, rows):
         if not rows:
