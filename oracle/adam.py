@@ -183,13 +183,22 @@ def validate(hparams: list[dict]) -> list[dict]:
     return validated(hparams, DEFAULTS, ROLES)
 
 
+def moment_keys(hp: dict) -> tuple:
+    return ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if hp["amsgrad"] else ("exp_avg", "exp_avg_sq")
+
+
 def init_state(p: np.ndarray, hp: dict, conv: "AdamConvention | None" = None) -> dict:
-    st = {"exp_avg": np.zeros_like(p), "exp_avg_sq": np.zeros_like(p)}
-    if hp["amsgrad"]:
-        st["max_exp_avg_sq"] = np.zeros_like(p)
+    st = {key: np.zeros_like(p) for key in moment_keys(hp)}
     if conv is not None and conv.momentum == "nadam":
         st["mu_product"] = np.float64(1.0)  # a scalar per param, as torch keeps it
     return st
+
+
+def initialised(st: dict, p, hp: dict, conv: AdamConvention) -> dict:
+    """st with the initial value of every entry it lacks; nothing is built when it lacks none (the
+    oracle's large-tensor step runs this once per slice: two zero arrays each time cost 10%)."""
+    keys = moment_keys(hp) + (("mu_product",) if conv.momentum == "nadam" else ())
+    return st if all(key in st for key in keys) else {**init_state(p, hp, conv), **st}
 
 
 def moments(st, g, b1, b2, b3):
@@ -288,7 +297,7 @@ def nadam_apply(p, g, m, denom, st, lr, b1, psi, t, like=None):
 def update(p, g, st, hp, t, conv: AdamConvention):
     """One Adam(W) update of one param; returns (new p, new state entry)."""
     lr, eps, wd, eps_root, (b1, b2) = held(hp, conv, "lr", "eps", "weight_decay", "eps_root", "betas")
-    st = {**init_state(p, hp, conv), **st}
+    st = dict(initialised(st, p, hp, conv))
     g = ascent(g, hp)
     if conv.decay == "l2":
         g = add_l2(g, p, wd, conv.zero_decay)
