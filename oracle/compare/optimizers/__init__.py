@@ -10,6 +10,7 @@ and no optimizer name is spelled in engine code.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
@@ -67,6 +68,13 @@ class CompareRecord:
 
 def records() -> dict[str, CompareRecord]:
     """Every comparison record, by optimizer name, in the spec registry's order."""
+    return dict(_records())
+
+
+@functools.lru_cache(maxsize=1)
+def _records() -> tuple:
+    """Found once per process: a case reads its record at every step, and listing this package's
+    modules each time cost 0.27 ms a call (5% of an inference)."""
     import oracle
     found: dict[str, CompareRecord] = {}
     for info in pkgutil.iter_modules(__path__):
@@ -75,7 +83,7 @@ def records() -> dict[str, CompareRecord]:
             if rec.optimizer not in oracle.SPECS:
                 raise RuntimeError(f"comparison record for {rec.optimizer!r}, which oracle.spec does not define")
             found[rec.optimizer] = rec
-    return {name: found[name] for name in oracle.SPECS if name in found}
+    return tuple((name, found[name]) for name in oracle.SPECS if name in found)
 
 
 def record(optimizer: str) -> CompareRecord:
