@@ -178,3 +178,43 @@ def test_the_catalog_is_derived_from_the_specs_and_the_library_modules(monkeypat
         assert sgd == {"sgd.reference": bare.reference}
     finally:
         conventions._catalog.cache_clear()
+
+
+def _wrong_and_right(name="torch.adamw.forloop"):
+    right = builtin(name)
+    return replace(right, convention=replace(right.convention, decay="l2")), right
+
+
+def test_a_verdict_only_run_stops_at_its_first_failing_step_with_the_same_verdict():
+    """run_case's fail_fast (inference's probes, teach): a wrong convention fails at the same first
+    step as the full run, which goes on to every step; a right one runs to the end, the same row."""
+    from oracle.compare.checking import cases as C
+    from oracle.compare.checking.case_run import run_case
+    wrong, right = _wrong_and_right()
+    case = C.find_case("adamw/fp32/wd0.1/single/normal", 20)
+    full, fast = (run_case(wrong, case, 0, "cpu", checks=I.PROBE_CHECKS, fail_fast=f) for f in (False, True))
+    assert full.status == fast.status == "fail"
+    first = min(f.step for c in full.checks.values() for f in c.findings if f.step is not None)
+    assert max(fast.checks["lockstep"].series) == first < max(full.checks["lockstep"].series) == case.steps
+    ok_full, ok_fast = (run_case(right, case, 0, "cpu", checks=I.PROBE_CHECKS, fail_fast=f) for f in (False, True))
+    assert ok_full.status == ok_fast.status == "pass"
+    assert ok_fast.checks["lockstep"].series == ok_full.checks["lockstep"].series
+
+
+def test_a_verdict_only_probe_that_listed_defects_account_for_is_judged_on_the_full_run(monkeypatch):
+    """Whether listed defects account for every failing check can only be told from the whole run
+    (a later step may fail an unlisted check): such a probe is run again in full."""
+    wrong, _ = _wrong_and_right()
+    case = I.probe_cases(wrong, ("float32",))[0]
+    seen = []
+    real = I.known_defects
+
+    def listed(target, name, res):
+        seen.append(max(res.checks["lockstep"].series))
+        return "listed"
+    monkeypatch.setattr(I, "known_defects", listed)
+    probe = I.run_probe(wrong, case, 0, "cpu", verdict_only=True)
+    assert probe.skipped and probe.finding == "listed"
+    assert len(seen) == 2 and seen[0] < seen[1] == case.steps  # the early stop, then the full run
+    monkeypatch.setattr(I, "known_defects", real)
+    assert not I.run_probe(wrong, case, 0, "cpu", verdict_only=True).passed

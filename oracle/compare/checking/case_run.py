@@ -231,9 +231,15 @@ def check_trajectory(res: CheckResult, k, traj_params, traj_state, snap: Snapsho
 
 # --- the run -----------------------------------------------------------------
 
-def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
+class FailedEarly(Exception):
+    """A run with `fail_fast` checks stopped at the step where one of them failed: nothing later in
+    the run can make it pass (a check once failed stays failed)."""
+
+
+def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict, fail_fast=()):
     """Steps the target `case.steps` times with all per-step checks, then
-    EXTRA_STEPS more unchecked; returns the optimizer and its params."""
+    EXTRA_STEPS more unchecked; returns the optimizer and its params. fail_fast: check names; when
+    one of them has failed after a step, FailedEarly ends the run there."""
     spec = oracle.SPECS[case.optimizer]
     compute = target.compute_dtype(case.dtype)
     u = unit_roundoff(compute)
@@ -266,6 +272,8 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict):
         traj_params, traj_state = spec.step(traj_params, bgrads, traj_state, hps, target.convention)
         traj_params, traj_state = trajectory_store(traj_params, traj_state, after, compute)
         check_trajectory(res["trajectory"], k, traj_params, traj_state, after, math_params(before))
+        if any(not res[name].passed for name in fail_fast):
+            raise FailedEarly(k)
     ls.finish()
     check_schema(res["schema"], case, target, opt, target.read(opt), touched)
     return opt, params
@@ -312,7 +320,11 @@ def not_taken(target, case: C.Case) -> str | None:
     return f"{target.name}'s constructor takes no {', '.join(dict.fromkeys(set_))} (the case sets it)"
 
 
-def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS) -> CaseResult:
+def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS,
+             fail_fast: bool = False) -> CaseResult:
+    """One matrix case with `checks`. fail_fast: stop at the first step where one of them fails, for a
+    caller that needs the verdict only (inference's probes, teach): the row then holds the findings up
+    to that step, and no hazards or round trips."""
     import time
     t0 = time.perf_counter()
     result = CaseResult(target.name, case.name, case.optimizer, case.dtype, case.group_hparams(), seed, case.steps)
@@ -330,11 +342,13 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
         return result
     res = {name: CheckResult(name) for name in CHECKS}
     try:
-        opt, params = lockstep_run(target, case, seed, device, res)
+        opt, params = lockstep_run(target, case, seed, device, res, checks if fail_fast else ())
         result.hazards = case_hazards(target, case, seed, device, free_run)
         if "roundtrip" in checks:
             for at in (0, case.steps):
                 roundtrip_run(target, case, seed, device, at, params, opt, res["roundtrip"])
+    except FailedEarly:
+        pass  # failed: the checks below say so
     except Refused as exc:
         result.status, result.reason = "skip", str(exc)
         result.seconds = time.perf_counter() - t0

@@ -166,11 +166,18 @@ def watched(name: str):
             faulthandler.cancel_dump_traceback_later()
 
 
-def run_probe(target, case, seed: int, device: str) -> Probe:
+def run_probe(target, case, seed: int, device: str, verdict_only: bool = False) -> Probe:
+    """verdict_only: the caller needs only whether the probe passes (and is evidence), not every
+    finding: the run stops at its first failing step (run_case's fail_fast). A failure that listed
+    defects account for is run again in full, since only the whole run says whether every check
+    it fails is listed. A target that would crash at a later step makes the early failure evidence
+    where the full run was no evidence (an error row): a candidate already wrong before the crash."""
     from ..checking.explain import describe
     from ..checking.case_run import run_case
     with watched(case.name):
-        res = run_case(target, case, seed, device, checks=PROBE_CHECKS)
+        res = run_case(target, case, seed, device, checks=PROBE_CHECKS, fail_fast=verdict_only)
+    if verdict_only and res.status == "fail" and known_defects(target.name, case.name, res):
+        return run_probe(target, case, seed, device)
     if res.status == "pass":
         return Probe(case.name, True)
     if res.status == "skip":
@@ -200,7 +207,7 @@ def explains(target, probes, seed: int, device: str, stop_early: bool = True, ru
     the constructor refuses is no evidence; when it refuses every one, that is the failure."""
     failed, skipped = [], []
     for case in probes:
-        p = run_probe(target, case, seed, device)
+        p = run_probe(target, case, seed, device, verdict_only=stop_early)
         if runs is not None:
             runs.append(case.name)
         if p.skipped:
@@ -463,7 +470,7 @@ def teach(target, case, seed: int, device: str, failing=()) -> str:
     if set(failing) & set(UNEXCUSABLE):
         return ""
     for axis, value, alt in single_axis_changes(target, case.dtype):
-        if run_case(alt, case, seed, device, checks=PROBE_CHECKS).status != "pass":
+        if run_case(alt, case, seed, device, checks=PROBE_CHECKS, fail_fast=True).status != "pass":
             continue
         if axis.startswith("convention."):
             name = axis.split(".", 1)[1]
