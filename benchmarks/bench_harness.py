@@ -11,6 +11,11 @@ each on a deterministic, cost-balanced sample (`--shard 1/8` and `1/16` of the s
 run takes about a minute), through the real CLI with its warm worker pool (`--jobs`, default the
 cores). cases/s counts report rows per second of wall time, worker start-up included.
 
+Whole-sweep profile ("profile" of each sweep): wall and CPU seconds per phase over every process of the
+sweep (oracle.compare.measuring.phases, what `python -m oracle.compare --profile` prints): the plan,
+worker start-up, each scenario kind, the target's steps, the oracle with its error model, reading state
+back, comparing, hazards, round trips, teach, the report.
+
 Per-case breakdown (ms per case, on a sample of default-sweep jobs run in this process):
   spawn       starting a worker up to its first import (interpreter, multiprocessing bootstrap),
               per worker, and amortized per case in the sweeps above
@@ -56,6 +61,7 @@ def sweep(name: str, jobs: int | None = None) -> dict:
     """Run one sweep sample through the CLI; cases, seconds, cases/s, worker start-up."""
     from oracle.compare.running import workers as isolate
     from oracle.compare.cli import main
+    from oracle.compare.measuring import phases
     stats = {}
     real_pool = isolate.Pool
 
@@ -73,6 +79,8 @@ def sweep(name: str, jobs: int | None = None) -> dict:
             t0 = time.perf_counter()
             code = main(args)
             wall = time.perf_counter() - t0
+            # the whole sweep's phases: the CLI's own (this process) and every worker's
+            profile = phases.merge(phases.take(), stats.get("phases"))
             rows = json.loads(Path(tmp, "report.json").read_text())["results"]
     finally:
         isolate.Pool = real_pool
@@ -83,7 +91,8 @@ def sweep(name: str, jobs: int | None = None) -> dict:
             "cases_per_s": round(len(ran) / wall, 3), "workers": workers,
             "spawn_ms_per_worker": round(1000 * sum(spawn) / max(1, len(spawn)), 1),
             "import_ms_per_worker": round(1000 * sum(stats.get("import_s", [])) / max(1, workers), 1),
-            "startup_ms_per_case": round(1000 * sum(stats.get("spawn_s", [])) / max(1, len(ran)), 1)}
+            "startup_ms_per_case": round(1000 * sum(stats.get("spawn_s", [])) / max(1, len(ran)), 1),
+            "profile": phases.as_json(profile)}
 
 
 def _plain(x):
@@ -241,6 +250,12 @@ def main(argv=None) -> int:
     if "benchmarks" in result:
         result = from_pytest_benchmark(result)
     text = json.dumps(result, indent=1)
+    for name, got in result.get("sweeps", {}).items():
+        if got.get("profile"):  # for a person: the same as --profile prints
+            from oracle.compare.measuring import phases
+            totals = {k: [v["wall_s"], v["cpu_s"], v["times"]] for k, v in got["profile"].items()}
+            print(f"{name} sweep ({' '.join(got['argv'])}):", file=sys.stderr)
+            print("\n".join(phases.table(totals, got["seconds"])), file=sys.stderr)
     if a.out:
         Path(a.out).write_text(text + "\n")
     print(text)

@@ -23,6 +23,8 @@ def test_sweep(benchmark, name):
     result = benchmark.pedantic(bench_harness.sweep, args=(name,), rounds=1, iterations=1)
     benchmark.extra_info.update(result, load_average_before=load, load_average_after=bench_harness.load_average())
     assert result["exit"] in (0, 1) and result["cases"] > 0
+    assert result["profile"]["worker start-up (imports)"]["times"] == result["workers"]
+    assert result["profile"]["target step"]["times"] > 0
 
 
 def test_breakdown(benchmark):

@@ -23,6 +23,8 @@ import tempfile
 import threading
 import time
 
+from .measuring import phases
+from .measuring.phases import phase
 from .running.driver import SCENARIO_PREFIX
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -89,6 +91,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, metavar="N",
                    help="worker processes running cases side by side, each single-threaded (default: the number "
                         "of cores). Output, report and exit status are the same for any N")
+    p.add_argument("--profile", action="store_true",
+                   help="end with where the run's time went: wall and CPU seconds per phase (plan, worker start-up, "
+                        "each scenario kind, the target's steps, the oracle and its error model, reading state "
+                        "back, comparing, teach, the report), summed over every process of the run")
     p.add_argument("--memory-limit", type=float, metavar="MB",
                    help="kill a worker whose resident memory (with its children) exceeds MB megabytes; its case "
                         "becomes an error row (default: no limit)")
@@ -207,8 +213,9 @@ def infer_target(target, args) -> dict | None:
     print(f"inferring the conventions of {target.name} (--no-infer to skip) ...", file=sys.stderr, flush=True)
     try:
         # (the inference drops any exported inference from its own environment itself)
-        out = run_child(cmd, min(INFER_TIMEOUT, 10 * args.timeout), {**os.environ, "OMP_NUM_THREADS": "1"},
-                        memory_limit_mb=args.memory_limit)
+        with phase("inference (--impl, its own process)"):
+            out = run_child(cmd, min(INFER_TIMEOUT, 10 * args.timeout), {**os.environ, "OMP_NUM_THREADS": "1"},
+                            memory_limit_mb=args.memory_limit)
         found = json.loads(out.stdout)
     except subprocess.TimeoutExpired:
         print(f"warning: inferring {target.name} did not finish in time; judging it by its declarations",
@@ -516,13 +523,16 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     from .checking.known import Judge, KnownFileError
+    phases.take()  # this run's phases only (tests call main() many times in one process)
+    t_start = time.perf_counter()
     try:
         args, optimizers = parse(argv)
         if not args.list:
             check_report_dir(args.report_dir)
             if args.junit_xml is not None:
                 check_junit_path(args.junit_xml, args.report_dir)
-        work, skipped = plan(args, optimizers)
+        with phase("plan: targets, availability, cases"):
+            work, skipped = plan(args, optimizers)
         judge = Judge.from_option(args.known, args.device)
     except (UsageError, KnownFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -570,12 +580,14 @@ def _main(argv) -> int:
     judge.export_env()
     try:
         progress.start(job_label(work[0]) if work else "")
-        for n, (job, out) in enumerate(zip(work, execute(work, args, pool)), 1):
-            finished = n
-            got = rows(out)
-            results += got
-            where += [positions[n - 1]] * len(got)
-            progress.advance(got, job_label(job), job_label(work[n]) if n < len(work) else "")
+        # (the phase ends before the pool is closed: the workers it reaps measured their own time)
+        with phase("parent: handing out jobs, collecting rows", count_children=False):
+            for n, (job, out) in enumerate(zip(work, execute(work, args, pool)), 1):
+                finished = n
+                got = rows(out)
+                results += got
+                where += [positions[n - 1]] * len(got)
+                progress.advance(got, job_label(job), job_label(work[n]) if n < len(work) else "")
     except (KeyboardInterrupt, WorkerStartError) as exc:
         complete = False
         progress.close()
@@ -599,8 +611,13 @@ def _main(argv) -> int:
             pool.close()
         judge.restore_env()
     with deferred_sigint() as interrupted:
-        return _finish(args, argv, judge, results, where, complete, t0, shard_meta, interrupted, lock,
-                       progress.done, len(work))
+        with phase("report: judging, writing, rendering"):
+            code = _finish(args, argv, judge, results, where, complete, t0, shard_meta, interrupted, lock,
+                           progress.done, len(work))
+        if args.profile:
+            totals = phases.merge(phases.take(), pool.stats["phases"] if pool is not None else None)
+            print("\n".join(phases.table(totals, time.perf_counter() - t_start)), file=sys.stderr)
+        return code
 
 
 def _finish(args, argv, judge, results, row_jobs, complete, t0, shard_meta, interrupted, lock, done,

@@ -23,6 +23,7 @@ from oracle.storage import quantum, round_to
 
 from . import cases as C
 from .bitwise import compare_bits, state_bits
+from ..measuring.phases import phase
 from ..measuring.checks import FAILING, STATUSES, CheckResult, Finding, coarser, compare_tensor  # noqa: F401
 from ..measuring.errmodel import Bounded, as_bounded, unit_roundoff
 from .guards import allocate
@@ -269,9 +270,11 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict, fail_f
             guard.check(res["bounds"], k)
         touched = [[t or g is not None for t, g in zip(ts, gs)] for ts, gs in zip(touched, grads)]
         bgrads = [[None if g is None else Bounded(g, None, u) for g in gs] for gs in grads]
-        traj_params, traj_state = spec.step(traj_params, bgrads, traj_state, hps, target.convention)
-        traj_params, traj_state = trajectory_store(traj_params, traj_state, after, compute)
-        check_trajectory(res["trajectory"], k, traj_params, traj_state, after, math_params(before))
+        with phase("oracle and error model"):
+            traj_params, traj_state = spec.step(traj_params, bgrads, traj_state, hps, target.convention)
+            traj_params, traj_state = trajectory_store(traj_params, traj_state, after, compute)
+        with phase("comparing"):
+            check_trajectory(res["trajectory"], k, traj_params, traj_state, after, math_params(before))
         if any(not res[name].passed for name in fail_fast):
             raise FailedEarly(k)
     ls.finish()
@@ -342,11 +345,14 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
         return result
     res = {name: CheckResult(name) for name in CHECKS}
     try:
-        opt, params = lockstep_run(target, case, seed, device, res, checks if fail_fast else ())
-        result.hazards = case_hazards(target, case, seed, device, free_run)
+        with phase("matrix case: inputs, steps past the checks"):
+            opt, params = lockstep_run(target, case, seed, device, res, checks if fail_fast else ())
+        with phase("matrix case: hazard measurements"):
+            result.hazards = case_hazards(target, case, seed, device, free_run)
         if "roundtrip" in checks:
-            for at in (0, case.steps):
-                roundtrip_run(target, case, seed, device, at, params, opt, res["roundtrip"])
+            with phase("matrix case: checkpoint round trips"):
+                for at in (0, case.steps):
+                    roundtrip_run(target, case, seed, device, at, params, opt, res["roundtrip"])
     except FailedEarly:
         pass  # failed: the checks below say so
     except Refused as exc:

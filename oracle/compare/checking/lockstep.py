@@ -23,6 +23,7 @@ import oracle
 from oracle.common import GradScaling, OptState
 from oracle.storage import round_to
 
+from ..measuring.phases import phase
 from ..measuring.checks import REORDER_FACTOR, CheckResult, Finding, coarser, compare_exact, compare_tensor, tolerance
 from ..measuring.errmodel import Bounded, as_bounded, unit_roundoff
 from .finite import check_finite, culprit
@@ -130,15 +131,20 @@ class Lockstep:
 
     def step(self, k: int, grads, scaling: GradScaling | None = None, do_step: Callable | None = None):
         """One checked step; returns the snapshots before and after it."""
-        before = self.read()
-        expected = self.expected(before, grads, scaling)
-        (do_step or self.opt.step)()
-        after = self.read()
-        check_finite(self.finite, k, before, after, grads,
-                     lambda g, i, index: self.explain(before, grads, scaling, g, i, index))
-        self.tracked = counters_only(next(iter(expected.values()))[1])
-        self.compare(k, before, after, expected)
-        check_counters(self.counters, k, self.target.convention.counter, self.tracked, after, self.label)
+        with phase("reading state back"):
+            before = self.read()
+        with phase("oracle and error model"):
+            expected = self.expected(before, grads, scaling)
+        with phase("target step"):
+            (do_step or self.opt.step)()
+        with phase("reading state back"):
+            after = self.read()
+        with phase("comparing"):
+            check_finite(self.finite, k, before, after, grads,
+                         lambda g, i, index: self.explain(before, grads, scaling, g, i, index))
+            self.tracked = counters_only(next(iter(expected.values()))[1])
+            self.compare(k, before, after, expected)
+            check_counters(self.counters, k, self.target.convention.counter, self.tracked, after, self.label)
         return before, after
 
     def compare(self, k, before: Snapshot, after: Snapshot, expected: dict) -> None:

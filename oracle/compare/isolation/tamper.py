@@ -93,7 +93,9 @@ def settle(snap: Snapshot) -> None:
     s = snap.settings
     torch.set_default_dtype(s["torch default dtype"])
     torch.set_grad_enabled(s["torch grad mode"])
-    torch.use_deterministic_algorithms(s["torch deterministic algorithms"])
+    if torch.are_deterministic_algorithms_enabled() != s["torch deterministic algorithms"]:
+        # only when changed: its first call imports half of torch's compiler stack (1.6 s per process)
+        torch.use_deterministic_algorithms(s["torch deterministic algorithms"])
     np.seterr(**dict(s["numpy error handling"]))
 
 

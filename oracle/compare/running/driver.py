@@ -11,6 +11,8 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
+from ..measuring.phases import phase
+
 SCENARIO_PREFIX = "scenario:"
 
 
@@ -110,18 +112,21 @@ def _run_job(target, case_name, seed, steps, device, pattern, teach):
     if case_name.startswith(SCENARIO_PREFIX):
         from ..scenarios import SCENARIOS
         sc = SCENARIOS[case_name[len(SCENARIO_PREFIX):]]
-        result = sc.run(target, device, seed, pattern=pattern) if sc.engine else sc.run(target, device, seed)
+        with phase(f"scenario {case_name[len(SCENARIO_PREFIX):]}"):
+            result = sc.run(target, device, seed, pattern=pattern) if sc.engine else sc.run(target, device, seed)
         mark(target, rows(result))
         return result
     from ..checking import cases as C
     from ..inference.infer import teach as explain_by_convention
     from ..checking.case_run import run_case
     case = C.find_case(case_name, steps)
-    result = run_case(target, case, seed, device)
+    with phase("matrix case"):
+        result = run_case(target, case, seed, device)
     if teach and result.status == "fail" and not result.reason:
         # which one legitimate convention would explain it (a few more runs, on failing rows only)
-        result.reason = explain_by_convention(target, case, seed, device,
-                                              [n for n, c in result.checks.items() if not c.passed])
+        with phase("teach (failing rows)"):
+            result.reason = explain_by_convention(target, case, seed, device,
+                                                  [n for n, c in result.checks.items() if not c.passed])
     mark(target, [result])
     return result
 

@@ -30,6 +30,7 @@ from collections import deque
 from multiprocessing.connection import wait
 
 from ..isolation import processes as procs
+from ..measuring import phases
 from .driver import error_result, untampered
 
 STARTUP_TIMEOUT = 120.0  # importing torch on a busy 2-core machine
@@ -73,25 +74,27 @@ def _worker(conn, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     procs.behind_shield()  # a target signalling its parent hits the shield: one error row, not the CLI
     t0 = time.perf_counter()
-    import torch
-    torch.set_num_threads(1)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:  # already fixed (something ran in parallel)
-        pass
-    from ..checking import case_run as run
-    from .. import scenarios
-    from ..isolation import tamper  # noqa: F401 - imported before "ready" so limits time the work only
-    clean = tamper.snapshot()  # before any target code ran in this process
-    conn.send(("ready", {"import_s": time.perf_counter() - t0, "pid": os.getpid()}))
+    with phases.phase("worker start-up (imports)"):
+        import torch
+        torch.set_num_threads(1)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # already fixed (something ran in parallel)
+            pass
+        from ..checking import case_run as run
+        from .. import scenarios
+        from ..isolation import tamper  # noqa: F401 - imported before "ready" so limits time the work only
+        clean = tamper.snapshot()  # before any target code ran in this process
+    conn.send(("ready", {"import_s": time.perf_counter() - t0, "pid": os.getpid(), "phases": phases.take()}))
     while True:
         job = conn.recv()
         if job is None:
             return
         name, optimizer, case_name, seed, steps, device, pattern = job
-        result, changes = judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern)
+        with phases.phase("job between integrity checks"):
+            result, changes = judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern)
         # retired after a job that changed it: the rest runs in a fresh worker, as under any --jobs
-        conn.send(("retired" if changes else "result", result))
+        conn.send(("retired" if changes else "result", result, phases.take()))
         if changes:
             return
 
@@ -195,7 +198,8 @@ class Pool:
         self.workers: list[Worker] = []
         self.results: dict = {}
         self.started = 0
-        self.stats = {"workers_started": 0, "import_s": [], "spawn_s": []}
+        # "phases": what the workers measured (oracle.compare.measuring.phases), added up
+        self.stats = {"workers_started": 0, "import_s": [], "spawn_s": [], "phases": {}}
 
     def _start(self) -> None:
         limit = self.startup_timeout * 2 ** len(self.start_failures)
@@ -274,13 +278,15 @@ class Pool:
         if msg is None:  # end of the pipe, or the process is gone
             self._lost(w, w.why_dead(), work)
             return
-        kind, payload = msg
+        kind, payload, *measured = msg
         if kind == "ready":
             w.ready, w.info = True, payload
             self.start_failures.clear()
             self.stats["spawn_s"].append(time.monotonic() - w.started)
             self.stats["import_s"].append(payload.get("import_s", 0.0))
+            phases.merge(self.stats["phases"], payload.get("phases"))
         elif kind in ("result", "retired") and w.job is not None:
+            phases.merge(self.stats["phases"], measured[0] if measured else None)
             self.results[w.job[0]] = payload
             w.job = None
             if kind == "retired":

@@ -137,7 +137,10 @@ def make_factory(cls_path: str, accepted: set, lib: str, oracle_defaults: dict, 
     return make
 
 
+@functools.lru_cache(maxsize=None)
 def _version(dist: str) -> str:
+    """The installed version (read from its metadata once per process: a worker lists the targets at
+    every job, and each reading parses a METADATA file)."""
     try:
         from importlib.metadata import version
         return version(dist)

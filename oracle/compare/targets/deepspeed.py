@@ -136,7 +136,9 @@ def _simd_tag() -> str:
     return platform.machine() or "generic"
 
 
+@functools.lru_cache(maxsize=None)
 def _dist_version(name: str) -> str:
+    """Read from the package metadata once per process (the targets are listed at every job)."""
     try:
         from importlib.metadata import version
         return version(name)

@@ -2,6 +2,7 @@
 optimizer whose comparison record names a torch class."""
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from dataclasses import replace
@@ -52,9 +53,15 @@ def torch_class(path: str):
     return getattr(importlib.import_module(module), name)
 
 
+@functools.lru_cache(maxsize=None)
+def parameters(cls):
+    """The constructor's parameters, read once per process (the targets are listed at every job)."""
+    return inspect.signature(cls).parameters
+
+
 def accepted_options(cls, optimizer: str) -> frozenset:
     """The spec's options this class's constructor takes."""
-    params = inspect.signature(cls).parameters
+    params = parameters(cls)
     return frozenset(o for o in oracle.SPECS[optimizer].options if o in params)
 
 
@@ -65,7 +72,7 @@ def torch_targets(records: dict) -> list[Target]:
         if rec.torch_class is None:
             continue
         cls = torch_class(rec.torch_class)
-        params = inspect.signature(cls).parameters
+        params = parameters(cls)
         for path, flags, compute in PATHS:
             if path == "forloop" and "foreach" not in params:
                 flags = {}  # a class with one path and no flag for it (torch.optim.Muon): its forloop
