@@ -67,3 +67,22 @@ def test_profile_prints_where_a_runs_time_went(tmp_path, capsys):
     total_cpu = float(table[0].split("(")[1].split()[0])
     assert total_cpu <= cpu + 0.5  # nothing counted twice (this process and its reaped worker)
     assert total_cpu >= 0.5 * float(rows["worker start-up (imports)"][2]) and wall > 0
+
+
+def test_a_job_in_its_own_process_is_itemised_once():
+    """A target that runs each job in a forked child (Target.own_process): the child's phases come
+    back with its row; the wait for it counts none of its CPU (counted once, itemised)."""
+    from dataclasses import replace
+
+    from oracle.compare.registry import find
+    from oracle.compare.running.driver import run_job
+    target = replace(find("torch.adamw.forloop", "adamw"), own_process="a test: each job in a child of its own")
+    run_job(target, "adamw/fp32/wd0.1/single/normal", 0, 20, "cpu")  # first use, untimed
+    phases.take()
+    c0 = phases.cpu_s()
+    row = run_job(target, "adamw/fp32/wd0.1/single/normal", 0, 20, "cpu")
+    spent = phases.cpu_s() - c0
+    got = phases.take()
+    assert row.status == "pass"
+    assert got["target step"][2] == 20 and got["own process: fork, hand back the row"][2] == 1
+    assert sum(v[1] for v in got.values()) <= spent + 0.05  # the child's CPU not counted twice

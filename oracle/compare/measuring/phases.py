@@ -55,6 +55,12 @@ def phase(name: str, count_children: bool = True):
                 _stack[-1][3 + k] += spent[k]
 
 
+def absorb(more: dict | None) -> None:
+    """Add totals measured in another process to this one's (a job's own forked child: the phase that
+    waited for it counts none of its CPU, count_children=False, so nothing is counted twice)."""
+    merge(_totals, more)
+
+
 def take() -> dict:
     """This process's totals since the last take, and start afresh (open phases keep counting)."""
     out = {name: list(v) for name, v in _totals.items()}
@@ -89,4 +95,4 @@ def as_json(totals: dict) -> dict:
             for name, (w, c, n) in sorted(totals.items(), key=lambda kv: -kv[1][1])}
 
 
-__all__ = ["as_json", "cpu_s", "merge", "phase", "table", "take"]
+__all__ = ["absorb", "as_json", "cpu_s", "merge", "phase", "table", "take"]
