@@ -527,6 +527,48 @@ def test_classify_intermittent_entry_is_never_fixed():
     assert v.ok and [j.status for j in v.entries] == ["known"]
 
 
+def test_classify_a_seed_scoped_entry_is_judged_by_its_seeds_only():
+    """A defect only some seeds' inputs show (seeds = [4]): seed 0's passing row neither matches nor
+    judges it (not "fixed"); seed 4's failing row is known; another seed's failure is new."""
+    e = entry(seeds=(4,))
+    passing0 = result(c=True)
+    v = K.classify([passing0], [e], V, "cpu")
+    assert v.ok and [j.status for j in v.entries] == ["not run"]
+    failing4 = result(status="fail", c=False)
+    failing4.seed = 4
+    v = K.classify([passing0, failing4], [e], V, "cpu")
+    assert v.ok and [j.status for j in v.entries] == ["known"]
+    failing1 = result(status="fail", c=False)
+    failing1.seed = 1
+    v = K.classify([failing1], [e], V, "cpu")
+    assert not v.ok and [f.seed for f in v.new] == [1]
+
+
+def test_a_seed_scope_must_be_a_list_of_seeds(tmp_path):
+    for bad in ("4", "[-1]", "[1.5]", "[true]"):
+        path = tmp_path / "k.toml"
+        path.write_text(KNOWN_TEMPLATE.replace("SEEDS", bad))
+        with pytest.raises(K.KnownFileError, match="seeds must be a list"):
+            K.load(path)
+    path.write_text(KNOWN_TEMPLATE.replace("SEEDS", "[0, 4]"))
+    assert K.load(path)[0].seeds == (0, 4)
+
+
+KNOWN_TEMPLATE = """
+[[known]]
+id = "x"
+target = "t.*"
+case = "c"
+check = "lockstep"
+summary = "s"
+library = "torch"
+versions = ">=2"
+first_seen = 2026-01-01
+repro = "known/x.py"
+seeds = SEEDS
+"""
+
+
 def test_console_counts_the_entries_a_run_did_not_exercise(tmp_path, capsys):
     """The console's tail stays short: entries this run did not exercise, or that are for other versions,
     are a count with a pointer to report.md (which lists each), not a list of ids."""

@@ -43,7 +43,7 @@ from pathlib import Path
 from ..measuring.checks import FAILING, RAN
 
 REQUIRED = ("id", "target", "case", "check", "summary", "library", "versions", "first_seen", "repro")
-OPTIONAL = ("reference", "devices", "intermittent", "error")
+OPTIONAL = ("reference", "devices", "intermittent", "error", "seeds")
 FIXED_HINT = "fixed upstream? update or drop the entry"
 
 
@@ -159,10 +159,16 @@ class Entry:
     # a crash entry's message: an errored row matches only when its error contains it (another crash
     # of the same cases is new, not this defect)
     error: str = ""
+    # a defect only some inputs show (a float16 overflow that one seed's draws reach): only rows of
+    # these seeds match it or judge it, so a row of another seed is neither known nor "fixed"; () = all
+    seeds: tuple = ()
 
-    def matches(self, target: str, case: str, check: str, reason: str = "") -> bool:
+    def matches(self, target: str, case: str, check: str, reason: str = "", seed: int | None = None) -> bool:
         return (any_glob(target, self.target) and any_glob(case, self.case) and any_glob(check, self.check)
-                and (check != "error" or self.error in (reason or "")))
+                and (check != "error" or self.error in (reason or "")) and self.takes_seed(seed))
+
+    def takes_seed(self, seed: int | None) -> bool:
+        return not self.seeds or seed is None or seed in self.seeds
 
     def repro_path(self) -> Path:
         base = Path(self.source).parent if self.source else default_path().parent
@@ -213,13 +219,16 @@ def _entry(raw, n: int, source: str) -> Entry:
                              f"message>\", e.g. \"KeyError: 'state1'\"")
     if "error" in raw and not any_glob("error", globs["check"]):
         raise KnownFileError(f"{where}: error is for check \"error\" only (this entry's check is {raw['check']!r})")
+    seeds = raw.get("seeds", [])
+    if not isinstance(seeds, list) or not all(type(s) is int and s >= 0 for s in seeds):
+        raise KnownFileError(f"{where}: seeds must be a list of non-negative integers such as [4]")
     devices = raw.get("devices", [])
     if isinstance(devices, str) or not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
         raise KnownFileError(f"{where}: devices must be a list of strings such as [\"cpu\"]")
     return Entry(id=raw["id"], **globs, summary=raw["summary"],
                  library=raw["library"], versions=raw["versions"], first_seen=seen.isoformat(), repro=raw["repro"],
                  reference=raw.get("reference", ""), devices=tuple(devices), source=source,
-                 intermittent=raw.get("intermittent", False), error=error)
+                 intermittent=raw.get("intermittent", False), error=error, seeds=tuple(seeds))
 
 
 def load(path) -> list[Entry]:
@@ -383,7 +392,7 @@ def classify(results, entries, versions: dict, device: str | None = None, source
         for name in failing_checks(r):
             f = Failure(r.target, r.case, r.seed, name, r.status, r)
             for j in judged:
-                if j.entry.matches(r.target, r.case, name, r.reason):
+                if j.entry.matches(r.target, r.case, name, r.reason, r.seed):
                     if j.status == "not applicable":
                         f.other.append(j.entry.id)
                     else:
@@ -395,7 +404,7 @@ def classify(results, entries, versions: dict, device: str | None = None, source
         # cases that ran without crashing judge entries whose check passed here
         for j in live:
             e = j.entry
-            if not (any_glob(r.target, e.target) and any_glob(r.case, e.case)):
+            if not (any_glob(r.target, e.target) and any_glob(r.case, e.case) and e.takes_seed(r.seed)):
                 continue
             names = [n for n in r.checks if any_glob(n, e.check) and n not in failed]
             if not names and any_glob("error", e.check):
