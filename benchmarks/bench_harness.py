@@ -253,9 +253,8 @@ def main(argv=None) -> int:
     for name, got in result.get("sweeps", {}).items():
         if got.get("profile"):  # for a person: the same as --profile prints
             from oracle.compare.measuring import phases
-            totals = {k: [v["wall_s"], v["cpu_s"], v["times"]] for k, v in got["profile"].items()}
             print(f"{name} sweep ({' '.join(got['argv'])}):", file=sys.stderr)
-            print("\n".join(phases.table(totals, got["seconds"])), file=sys.stderr)
+            print("\n".join(phases.table(phases.from_json(got["profile"]), got["seconds"])), file=sys.stderr)
     if a.out:
         Path(a.out).write_text(text + "\n")
     print(text)

@@ -25,8 +25,10 @@ def test_a_phase_is_charged_its_own_time_not_that_of_the_phases_inside_it():
             time.sleep(0.1)  # wall time, no CPU
     got = phases.take()
     assert got["inner"][2] == 2 and got["outer"][2] == 1
-    assert 0.14 <= got["inner"][1] < 0.2 and 0.24 <= got["inner"][0] < 0.4
-    assert 0.04 <= got["outer"][1] < 0.1 and 0.04 <= got["outer"][0] < 0.1
+    # CPU is process time (load-proof); wall only from below and against the inner phases (a loaded
+    # machine stretches it: an upper bound on wall failed once under two xdist workers)
+    assert 0.14 <= got["inner"][1] < 0.2 and got["inner"][0] >= 0.24
+    assert 0.04 <= got["outer"][1] < 0.1 and 0.04 <= got["outer"][0] < got["inner"][0]
     assert phases.take() == {}  # taken: counting starts afresh
 
 
@@ -46,6 +48,7 @@ def test_merge_adds_a_workers_totals():
     phases.merge(into, {"target step": [2.0, 1.0, 3], "comparing": [1.0, 1.0, 1]})
     assert into == {"target step": [3.0, 1.5, 5], "comparing": [1.0, 1.0, 1]}
     assert phases.merge(into, None) is into
+    assert phases.from_json(phases.as_json(into)) == into
 
 
 def test_profile_prints_where_a_runs_time_went(tmp_path, capsys):

@@ -164,11 +164,13 @@ class Entry:
     seeds: tuple = ()
 
     def matches(self, target: str, case: str, check: str, reason: str = "", seed: int | None = None) -> bool:
-        return (any_glob(target, self.target) and any_glob(case, self.case) and any_glob(check, self.check)
-                and (check != "error" or self.error in (reason or "")) and self.takes_seed(seed))
+        return (self.covers(target, case, seed) and any_glob(check, self.check)
+                and (check != "error" or self.error in (reason or "")))
 
-    def takes_seed(self, seed: int | None) -> bool:
-        return not self.seeds or seed is None or seed in self.seeds
+    def covers(self, target: str, case: str, seed: int | None = None) -> bool:
+        """A row of this target, case and seed is one this entry is about (whatever its checks)."""
+        return (any_glob(target, self.target) and any_glob(case, self.case)
+                and (not self.seeds or seed is None or seed in self.seeds))
 
     def repro_path(self) -> Path:
         base = Path(self.source).parent if self.source else default_path().parent
@@ -404,7 +406,7 @@ def classify(results, entries, versions: dict, device: str | None = None, source
         # cases that ran without crashing judge entries whose check passed here
         for j in live:
             e = j.entry
-            if not (any_glob(r.target, e.target) and any_glob(r.case, e.case) and e.takes_seed(r.seed)):
+            if not e.covers(r.target, r.case, r.seed):
                 continue
             names = [n for n in r.checks if any_glob(n, e.check) and n not in failed]
             if not names and any_glob("error", e.check):

@@ -95,4 +95,9 @@ def as_json(totals: dict) -> dict:
             for name, (w, c, n) in sorted(totals.items(), key=lambda kv: -kv[1][1])}
 
 
-__all__ = ["absorb", "as_json", "cpu_s", "merge", "phase", "table", "take"]
+def from_json(doc: dict) -> dict:
+    """The totals as_json wrote (a benchmark's JSON), back in the form table and merge take."""
+    return {name: [v["wall_s"], v["cpu_s"], v["times"]] for name, v in doc.items()}
+
+
+__all__ = ["absorb", "as_json", "cpu_s", "from_json", "merge", "phase", "table", "take"]

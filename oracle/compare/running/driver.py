@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
+from ..measuring import phases
 from ..measuring.phases import phase
 
 SCENARIO_PREFIX = "scenario:"
@@ -65,7 +66,6 @@ def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern:
     A target with `own_process` set runs it in a child forked for this job alone (see isolation.processes.in_own_process)."""
     if target.own_process:
         from ..isolation.processes import in_own_process
-        from ..measuring import phases
         _warm(target, device)
         with phase("own process: fork, hand back the row", count_children=False):
             result, measured = in_own_process(lambda: _alone(target, case_name, seed, steps, device, pattern, teach))
@@ -95,7 +95,6 @@ def _alone(target, case_name, seed, steps, device, pattern, teach):
     """The job in its own process, between integrity checks of that process (what it changes there
     dies with it, but would still decide this job's own verdict: oracle.compare.isolation.tamper)."""
     from ..isolation import tamper
-    from ..measuring import phases
     phases.take()  # what the forking process had measured is its own to send
     clean = tamper.snapshot()
     result = _run_job(target, case_name, seed, steps, device, pattern, teach)
