@@ -31,9 +31,13 @@ pytestmark = pytest.mark.xdist_group("mutants")
 
 # session, not module: under xdist --dist loadgroup a worker may run other modules' tests between
 # these, and a module fixture would then be torn down and the gate run again (it was, twice per CI run)
+# A mutant runs the cases that can show its expected finding first and stops once it is shown
+# (stop="expected": the verdict and the assertions below are those of a full run, which
+# `python -m oracle.mutants` makes for the committed kill matrix's counts); controls and
+# references run every case.
 @pytest.fixture(scope="session")
 def gate():
-    rows = K.run_all([e for e in ENTRIES if not e.gpu_only and not e.undeclared_only], jobs=2)
+    rows = K.run_all([e for e in ENTRIES if not e.gpu_only and not e.undeclared_only], jobs=2, stop="expected")
     return {r.entry.name: r for r in rows}
 
 
@@ -84,11 +88,6 @@ def test_controls_pass(gate, entry):
         assert row.verdict == "pass", row.known
 
 
-def _matches(finding, tensor, step, case):
-    return (tensor in (finding.get("tensor") or "") and (step is None or finding.get("step") == step)
-            and case in finding.get("case", ""))
-
-
 @pytest.mark.parametrize("entry", [pytest.param(e, marks=pytest.mark.xfail(strict=True, reason=PENDING[e.name]))
                                    if e.name in PENDING else e for e in CPU_MUTANTS], ids=lambda e: e.name)
 def test_mutant_is_killed_where_expected(gate, entry):
@@ -97,7 +96,8 @@ def test_mutant_is_killed_where_expected(gate, entry):
     assert row.verdict == "killed", f"{entry.name} survived: the suite has a blind spot"
     assert check in row.caught, f"{entry.name}: caught by {sorted(row.caught)}, not by {check}"
     found = row.findings[check]
-    assert any(_matches(f, tensor, step, case) for f in found), found
+    assert any(K.finding_matches(f, tensor, step, case) for f in found), found
+    assert K.shows_expected(row)
     assert row.first_case and row.first.get("check")
     numeric = [f for fs in row.findings.values() for f in fs if isinstance(f.get("error_ulps"), float)]
     assert all(f["error_ulps"] > f["bound_ulps"] for f in numeric if isinstance(f.get("bound_ulps"), float))
@@ -135,7 +135,7 @@ def test_inference_explains_no_mutant(gate):
     that matches a mutant's behaviour would let inference explain the defect away (the catalog once
     had SGD's dampened first step and Lion's bare copysign, and two mutants survived). Where inference
     settles on the declared conventions the declared gate's row is reused: its cases would run alike."""
-    rows = K.run_all([e for e in ENTRIES if not e.gpu_only], jobs=2, undeclared=True, declared=gate)
+    rows = K.run_all([e for e in ENTRIES if not e.gpu_only], jobs=2, undeclared=True, declared=gate, stop="killed")
     survived = [(r.entry.name, r.inferred) for r in rows if r.entry.kind.endswith("mutant")
                 and r.verdict not in ("killed", "legitimate undeclared")]
     assert not survived, survived
@@ -199,3 +199,23 @@ def test_an_undeclared_run_reuses_a_declared_row_only_when_judged_alike(monkeypa
                "state_dtype": "param" if target.state_dtype == "float32" else "float32", "masters": not target.masters}
     for name, value in changed.items():
         assert not K.judged_alike(replace(target, **{name: value}), target), name
+
+
+def test_a_mutant_stops_early_with_the_verdict_of_a_full_run():
+    """stop="expected" and stop="killed" (the gate fixtures above) change how many cases a mutant runs,
+    never its verdict (test_gate_exit_status_follows_the_matrix runs this mutant in full); "expected"
+    ends only once the expected finding is shown; a control runs every case whatever the stop."""
+    from oracle.compare.running.driver import jobs_for
+    mutant = next(e for e in ENTRIES if e.name == "TE1986EmptyGroupCounter")
+    control = next(e for e in ENTRIES if e.name == "GroupAdamW")
+    planned = len(jobs_for(control.target(), K.MATRIX_DTYPES, 20, [0], None, (), matrix=True)) \
+        + len(jobs_for(control.target(), K.DEFAULTS_DTYPES, 20, [0], "*/defaults/*", (), matrix=True))
+    expected = K.run_entry(mutant, scenario_names=[], stop="expected")
+    killed = K.run_entry(mutant, scenario_names=[], stop="killed")
+    assert expected.verdict == killed.verdict == "killed"
+    assert K.shows_expected(expected) and expected.cases < planned and killed.cases < planned
+    assert expected.first_case.split("/")[3] == "empty_group"  # the cases that can show it ran first
+    assert set(killed.caught.values()) == {1}  # stopped after the first failing case
+    assert K.run_entry(control, scenario_names=[], stop="killed").cases == planned
+    with pytest.raises(ValueError, match="stop must be one of"):
+        K.run_entry(mutant, stop="sometimes")

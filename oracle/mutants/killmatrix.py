@@ -150,9 +150,10 @@ def undeclared_target(entry: Entry, device: str, seed: int):
     return apply(target, inf.used), (inf.used.label() if inf.chosen else f"nearest: {inf.used.label()}")
 
 
-def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int, target=None):
+def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int, target=None, expected_first=False):
     """(check prefix, CaseResult) for every case and scenario of the suite, planned and
-    run by the CLI's own driver (oracle.compare.running.driver)."""
+    run by the CLI's own driver (oracle.compare.running.driver). expected_first: the jobs that can
+    show the entry's expected finding (expects_in) go first, the rest in their order."""
     from oracle.compare.running.driver import jobs_for, rows, run_job
     target = target or entry.target()
     if entry.wrapper is not None:
@@ -160,10 +161,39 @@ def _results(entry: Entry, device: str, seed: int, scenario_names, steps: int, t
         return
     jobs = [job for _, job, _ in jobs_for(target, MATRIX_DTYPES, steps, [seed], None, scenario_names, matrix=True)]
     jobs += [job for _, job, _ in jobs_for(target, DEFAULTS_DTYPES, steps, [seed], "*/defaults/*", (), matrix=True)]
+    if expected_first:
+        jobs.sort(key=lambda job: not expects_in(entry, job))  # stable: the order within each part is kept
     for job in jobs:
         prefix = f"{job.scenario}." if hasattr(job, "scenario") else ""
         for r in rows(run_job(target, job.name, seed, steps, device, teach=False)):
             yield prefix, r
+
+
+def expects_in(entry: Entry, job) -> bool:
+    """Whether a job (a matrix case or a ScenarioJob) can show the entry's expected finding: its
+    scenario for a scenario check ("irregular.bounds"), else a matrix case naming the expected case."""
+    check, _, _, case = entry.expect
+    if "." in check:
+        return getattr(job, "scenario", None) == check.split(".")[0]
+    return not hasattr(job, "scenario") and case in job.name
+
+
+def finding_matches(finding: dict, tensor: str, step, case: str) -> bool:
+    """A finding (as a Row keeps it) at the tensor, step and case a catalog entry expects."""
+    return (tensor in (finding.get("tensor") or "") and (step is None or finding.get("step") == step)
+            and case in finding.get("case", ""))
+
+
+def shows_expected(row: Row) -> bool:
+    """The row's mutant is killed by the check its catalog entry expects, at the tensor, step and case it names."""
+    check, tensor, step, case = row.entry.expect
+    return check in row.caught and any(finding_matches(f, tensor, step, case) for f in row.findings.get(check, ()))
+
+
+# run_entry's `stop` for a mutant: "never" runs every case (the kill matrix's counts); "expected" runs the
+# cases that can show the expected finding first and stops once it is shown; "killed" stops at the first
+# failing check (a verdict only). A control or reference always runs every case: a false positive can be anywhere.
+STOPS = ("never", "expected", "killed")
 
 
 def judged_alike(a, b) -> bool:
@@ -174,10 +204,15 @@ def judged_alike(a, b) -> bool:
 
 
 def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=None, steps: int = 20,
-              undeclared: bool = False, declared_row: Row | None = None) -> Row:
+              undeclared: bool = False, declared_row: Row | None = None, stop: str = "never") -> Row:
     """`declared_row`: with `undeclared`, this entry's row from a declared run of the same device,
     seed, scenarios and steps; when inference settles on what the entry declares, the cases would
-    run exactly as they did there, so that row is reused (with what inference chose) instead."""
+    run exactly as they did there, so that row is reused (with what inference chose) instead.
+    `stop`: see STOPS (a mutant's verdict is the same under each; its counts are complete only under "never")."""
+    if stop not in STOPS:
+        raise ValueError(f"stop must be one of {STOPS}, not {stop!r}")
+    mutant = entry.kind.endswith("mutant")
+    stop = stop if mutant else "never"
     from oracle.compare.reporting.report import repro_command
     row = Row(entry)
     if entry.gpu_only and not device.startswith("cuda"):
@@ -193,7 +228,7 @@ def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=N
         target, row.inferred = undeclared_target(entry, device, seed)
         if declared_row is not None and judged_alike(target, entry.target()):
             return replace(declared_row, inferred=row.inferred, seconds=time.perf_counter() - t0)
-    for prefix, r in _results(entry, device, seed, scenario_names, steps, target):
+    for prefix, r in _results(entry, device, seed, scenario_names, steps, target, expected_first=stop == "expected"):
         row.cases += 1
         for name, c in r.checks.items():
             if c.passed:
@@ -224,8 +259,9 @@ def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=N
                 row.first_case = r.case
                 row.repro = repro_command(r, device) if not prefix else ""
                 first_rank = True
+        if (stop == "killed" and row.caught) or (stop == "expected" and shows_expected(row)):
+            break  # the generator is left before it runs the next job
     row.seconds = time.perf_counter() - t0
-    mutant = entry.kind.endswith("mutant")
     if mutant:
         # a defect only against the library's declared intent (LEGITIMATE_UNDECLARED on the mutant):
         # undeclared, its behaviour is a legitimate configuration, and passing it is the right verdict
@@ -238,18 +274,21 @@ def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=N
 
 def _run_named(args):
     import torch
-    name, device, seed, scenario_names, steps, undeclared, declared_row = args
+    name, device, seed, scenario_names, steps, undeclared, declared_row, stop = args
     torch.set_num_threads(1)  # one entry per core
     entry = next(e for e in entries() if e.name == name)
-    return run_entry(entry, device, seed, scenario_names, steps, undeclared, declared_row)
+    return run_entry(entry, device, seed, scenario_names, steps, undeclared, declared_row, stop)
 
 
 def run_all(selected: list[Entry], device="cpu", seed=0, scenario_names=None, steps=20, jobs=2, progress=None,
-            undeclared: bool = False, declared: dict | None = None):
+            undeclared: bool = False, declared: dict | None = None, stop: str = "never"):
     """`declared`: entry name -> Row of a declared run with the same device, seed, scenarios and steps,
-    reused by an undeclared run where inference settles on the declared conventions (run_entry)."""
+    reused by an undeclared run where inference settles on the declared conventions (run_entry).
+    `stop`: how far a mutant runs (STOPS). Rows come back in the order of `selected`."""
     declared = declared or {}
-    work = [(e.name, device, seed, scenario_names, steps, undeclared, declared.get(e.name)) for e in selected]
+    # the entries that run every case first, the ones that may stop early last: fewer processes idle at the end
+    ordered = sorted(selected, key=lambda e: stop != "never" and e.kind.endswith("mutant"))
+    work = [(e.name, device, seed, scenario_names, steps, undeclared, declared.get(e.name), stop) for e in ordered]
     if jobs <= 1:
         rows = []
         for w in work:
@@ -397,6 +436,10 @@ def parser():
     p.add_argument("--undeclared", action="store_true",
                    help="judge every mutant and control as an optimizer that declares no convention: inferred "
                         "first (oracle.compare.inference.infer), as --impl does; a mutant inference explains is SURVIVED")
+    p.add_argument("--stop", choices=STOPS, default="never",
+                   help="how far a mutant runs: 'never' (default) runs every case (the kill matrix's counts), 'expected' "
+                        "runs the cases that can show its expected finding first and stops once shown, 'killed' stops at "
+                        "its first failing check; a control or reference always runs every case")
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -405,7 +448,7 @@ def default_report_dir(args) -> str | None:
     """The committed kill matrix's folder when this run is the whole gate, None for a selection: a
     selection never rewrites a committed report."""
     whole = (not args.only and args.scenarios == "default" and args.device == "cpu" and args.seed == 0
-             and args.steps == 20)
+             and args.steps == 20 and args.stop == "never")
     if not whole:
         return None
     return os.path.join("reports", "mutants", *(["undeclared"] if args.undeclared else []))
@@ -443,11 +486,12 @@ def main(argv=None) -> int:
             print(f"  {row.verdict:14s} {row.entry.name} ({row.seconds:.1f}s)"
                   + (f" inferred: {row.inferred}" if row.inferred else ""), file=sys.stderr, flush=True)
 
-    rows = run_all(selected, args.device, args.seed, names, args.steps, args.jobs, progress, args.undeclared)
+    rows = run_all(selected, args.device, args.seed, names, args.steps, args.jobs, progress, args.undeclared,
+                   stop=args.stop)
     from oracle.compare.reporting.report import atomic_write, versions
     meta = {"schema": "optimizer-oracle-killmatrix/1", "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": " ".join(["python -m oracle.mutants", *argv]), "device": args.device, "seed": args.seed,
-            "steps": args.steps, "scenarios": names, "undeclared": args.undeclared,
+            "steps": args.steps, "scenarios": names, "undeclared": args.undeclared, "stop": args.stop,
             "versions": ", ".join(f"{k} {v}" for k, v in versions().items()),
             "seconds": round(time.perf_counter() - t0, 1)}
     print(table(rows))

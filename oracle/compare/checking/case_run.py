@@ -327,7 +327,7 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
              fail_fast: bool = False) -> CaseResult:
     """One matrix case with `checks`. fail_fast: stop at the first step where one of them fails, for a
     caller that needs the verdict only (inference's probes, teach): the row then holds the findings up
-    to that step, and no hazards or round trips."""
+    to that step, and no hazards (a passing row neither: they are never a verdict) or round trips."""
     import time
     t0 = time.perf_counter()
     result = CaseResult(target.name, case.name, case.optimizer, case.dtype, case.group_hparams(), seed, case.steps)
@@ -347,8 +347,9 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
     try:
         with phase("matrix case: inputs, steps past the checks"):
             opt, params = lockstep_run(target, case, seed, device, res, checks if fail_fast else ())
-        with phase("matrix case: hazard measurements"):
-            result.hazards = case_hazards(target, case, seed, device, free_run)
+        if not fail_fast:
+            with phase("matrix case: hazard measurements"):
+                result.hazards = case_hazards(target, case, seed, device, free_run)
         if "roundtrip" in checks:
             with phase("matrix case: checkpoint round trips"):
                 for at in (0, case.steps):

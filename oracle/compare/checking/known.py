@@ -601,6 +601,12 @@ def note(target: str, check: str, case: str | None = None) -> str | None:
     path = os.environ.get(ENV) or str(default_path())
     if path == "none" or not os.path.exists(path):
         return None
+    return _note(path, target, check, case)
+
+
+@functools.lru_cache(maxsize=8192)
+def _note(path: str, target: str, check: str, case: str | None) -> str | None:
+    """note() for one file: asked again for every probe run of an inference (the same few names)."""
     for e in _default_entries(path):
         if any_glob(target, e.target) and any_glob(check, e.check) and (case is None or any_glob(case, e.case)):
             return f"known {e.library} defect ({e.id}): {e.summary}"
