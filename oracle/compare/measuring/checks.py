@@ -152,18 +152,25 @@ def compare_tensor(result: CheckResult, step, tensor: str, expected, got, old, t
     if expected.size == 0:
         return
     tol = np.broadcast_to(np.asarray(tol, dtype=np.float64), expected.shape)
+    bounded = np.isfinite(tol)
+    every_bounded = bool(bounded.all())
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         diff = np.abs(got - expected)
-        same = (got == expected) | (np.isnan(got) & np.isnan(expected))
+        same = got == expected
+        nan_got = np.isnan(got)
+        if nan_got.any():
+            same |= nan_got & np.isnan(expected)
         ratio = np.where(same, 0.0, np.where(tol > 0, diff / tol, np.inf))
-        ratio = np.where(np.isnan(ratio), np.inf, ratio)
-        ratio = np.where(np.isfinite(tol), ratio, 0.0)  # no bound derivable: not compared, counted
-        delta = np.abs(expected - old)
-        power_at = np.where((delta > 0) & np.isfinite(delta), tol / delta, np.inf)
-    unbounded = ~np.isfinite(tol)
-    result.unbounded += int(np.sum(unbounded))
-    result.compared += expected.size - int(np.sum(unbounded))
+        ratio[np.isnan(ratio)] = np.inf
+        if not every_bounded:
+            ratio[~bounded] = 0.0  # no bound derivable: not compared, counted
+    unbounded = 0 if every_bounded else int(np.sum(~bounded))
+    result.unbounded += unbounded
+    result.compared += expected.size - unbounded
     if power:  # exact identities (param = rounded master) say nothing about update errors
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            delta = np.abs(expected - old)
+            power_at = np.where((delta > 0) & np.isfinite(delta), tol / delta, np.inf)
         result.power = min(result.power, float(np.min(power_at)))
     flat = int(np.argmax(ratio))
     idx = np.unravel_index(flat, expected.shape)
@@ -171,11 +178,11 @@ def compare_tensor(result: CheckResult, step, tensor: str, expected, got, old, t
     q = quantum(np.maximum(np.abs(old), np.abs(expected)), storage)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         errors = np.where(same, 0.0, diff / q)  # = scaled_ulps, for every element at once
-    errors = np.where(np.isnan(errors), np.inf, errors)
+    errors[np.isnan(errors)] = np.inf
     err_ulps, bound_ulps = float(errors[idx]), float(tol[idx] / q[idx])
     if worst >= result.worst_ratio:
         result.worst_ratio, result.worst_error, result.worst_bound = worst, err_ulps, bound_ulps
-    result.record(step, worst, err_ulps, bound_ulps, errors[~unbounded])
+    result.record(step, worst, err_ulps, bound_ulps, errors if every_bounded else errors[bounded])
     if worst > 1.0:
         result.fail(Finding(
             result.check, step, tensor, tuple(int(i) for i in idx), float(expected[idx]), float(got[idx]),

@@ -75,12 +75,25 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
     def _lift(self, x):
         if isinstance(x, Bounded):
             return x
+        if type(x) in (float, int):  # a hyperparameter or per-step scalar: the same few, step after step
+            key = (x, self.u, self.eta)
+            lifted = _LIFTED.get(key)
+            if lifted is None:
+                lifted = self._lift_array(x)
+                if math.isfinite(x):  # nan is never equal to itself: it would never be found again
+                    if len(_LIFTED) >= LIFTED_KEPT:
+                        _LIFTED.clear()
+                    _LIFTED[key] = lifted
+            return lifted
+        return self._lift_array(x)
+
+    def _lift_array(self, x):
         x = np.asarray(x, dtype=np.float64)
         return Bounded(x, self.u * np.abs(x) + self.eta, self.u, self.eta)  # a constant held in the compute dtype
 
     def _round(self, v, e):
-        with np.errstate(invalid="ignore", over="ignore"):
-            return Bounded(v, e + self.u * np.abs(v) + self.eta, self.u, self.eta)
+        """v rounded once: e plus u|v| and the underflow floor (under the caller's np.errstate)."""
+        return _new(v, e + self.u * np.abs(v) + self.eta, self.u, self.eta)
 
     # --- numpy protocol
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -132,6 +145,21 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
         return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta, self.state_u, self.store_u)
 
 
+# Scalars lifted to Bounded, shared (no rule changes an operand; each returns a new Bounded).
+_LIFTED: dict = {}
+LIFTED_KEPT = 4096
+
+
+def _new(v, e, u: float, eta: float) -> Bounded:
+    """Bounded(v, e, u, eta) for a rule's own results: skips __init__'s conversions where v and e are
+    already float64 arrays (a rule's arithmetic on them; a 0-d operation's NumPy scalar is converted)."""
+    b = object.__new__(Bounded)
+    b.v = v if type(v) is np.ndarray else np.asarray(v, dtype=np.float64)
+    b.e = e if type(e) is np.ndarray else np.asarray(e, dtype=np.float64)
+    b.u, b.eta, b.state_u, b.store_u = u, eta, None, None
+    return b
+
+
 def _exact_zero(a):
     """Elements that are exactly 0 with no error: an input or result held exactly."""
     return (a.v == 0) & (a.e == 0)
@@ -149,12 +177,20 @@ def _keep_exact_zeros(r, where):
 
 def _add(s, a, b):
     with np.errstate(invalid="ignore", over="ignore"):
-        return _keep_exact_zeros(s._round(a.v + b.v, a.e + b.e), _exact_zero(a) & _exact_zero(b))
+        r = s._round(a.v + b.v, a.e + b.e)
+    return _keep_exact_zeros_of_both(r, a, b)
 
 
 def _sub(s, a, b):
     with np.errstate(invalid="ignore", over="ignore"):
-        return _keep_exact_zeros(s._round(a.v - b.v, a.e + b.e), _exact_zero(a) & _exact_zero(b))
+        r = s._round(a.v - b.v, a.e + b.e)
+    return _keep_exact_zeros_of_both(r, a, b)
+
+
+def _keep_exact_zeros_of_both(r, a, b):
+    """0 + 0 and 0 - 0 stay exact (_keep_exact_zeros); most operands hold no exact zero at all."""
+    za = _exact_zero(a)
+    return _keep_exact_zeros(r, za & _exact_zero(b)) if za.any() else r
 
 
 def _finite(a):
@@ -164,7 +200,10 @@ def _finite(a):
 def _mul(s, a, b):
     with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 in a bound is an unbounded element
         r = s._round(a.v * b.v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e)
-    return _keep_exact_zeros(r, (_exact_zero(a) & _finite(b)) | (_exact_zero(b) & _finite(a)))
+    za, zb = _exact_zero(a), _exact_zero(b)
+    if not (za.any() or zb.any()):  # no exact zero on either side: nothing to keep
+        return r
+    return _keep_exact_zeros(r, (za & _finite(b)) | (zb & _finite(a)))
 
 
 def _div(s, a, b):
@@ -172,7 +211,7 @@ def _div(s, a, b):
         q = a.v / b.v
         margin = np.abs(b.v) - b.e
         e = np.where(margin > 0, (a.e + np.abs(q) * b.e) / np.where(margin > 0, margin, 1.0), np.inf)
-    return s._round(q, e)
+        return s._round(q, e)
 
 
 def _sqrt(s, a):
@@ -181,7 +220,7 @@ def _sqrt(s, a):
         low = np.sqrt(np.maximum(a.v - a.e, 0.0))
         denom = r + low
         e = np.where(denom > 0, a.e / np.where(denom > 0, denom, 1.0), np.sqrt(a.e))
-    return s._round(r, e)
+        return s._round(r, e)
 
 
 def _neg(s, a):
