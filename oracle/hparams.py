@@ -118,7 +118,27 @@ def with_defaults(group: int, hp, defaults: dict) -> dict:
 
 def validated(hparams: list, defaults: dict, roles: dict, extra=None) -> list[dict]:
     """Each group's hyperparameters with defaults filled in and held to their roles; `extra(group, hp)`
-    checks what relates several of them (SGD's nesterov needs momentum). ValueError naming the group."""
+    checks what relates several of them (SGD's nesterov needs momentum). ValueError naming the group.
+    Remembered per (spec, hparams as written): a step of the oracle validates, and a
+    checked run takes thousands of steps with the same few (each caller gets its own dicts)."""
+    try:  # by repr: 1, 1.0 and True are equal keys but not equal hyperparameters (a flag must be a bool)
+        key = (id(defaults), id(roles), id(extra), repr([sorted(hp.items()) for hp in hparams]))
+    except (TypeError, AttributeError):  # not dicts, or keys that do not sort: not remembered
+        return _validated(hparams, defaults, roles, extra)
+    done = _VALIDATED.get(key)
+    if done is None:
+        done = _validated(hparams, defaults, roles, extra)
+        if len(_VALIDATED) >= VALIDATED_KEPT:
+            _VALIDATED.clear()
+        _VALIDATED[key] = done
+    return [dict(hp) for hp in done]
+
+
+_VALIDATED: dict = {}
+VALIDATED_KEPT = 4096
+
+
+def _validated(hparams: list, defaults: dict, roles: dict, extra=None) -> list[dict]:
     out = []
     for g, hp in enumerate(hparams):
         hp = with_defaults(g, hp, defaults)

@@ -218,3 +218,49 @@ def test_a_verdict_only_probe_that_listed_defects_account_for_is_judged_on_the_f
     assert len(seen) == 2 and seen[0] < seen[1] == case.steps  # the early stop, then the full run
     monkeypatch.setattr(I, "known_defects", real)
     assert not I.run_probe(wrong, case, 0, "cpu", verdict_only=True).passed
+
+
+def _inferred(spec, monkeypatch, screen: bool) -> dict:
+    monkeypatch.setattr(I, "SCREEN", screen)
+    d = I.infer(load_impl(spec, optimizer="adamw", inferred=False)).to_json()
+    d.pop("seconds")
+    return d
+
+
+@pytest.mark.parametrize("spec", ["tests.broken.adamw:OffByOneAdamW", "torch.optim:AdamW"])
+def test_the_screen_changes_no_inference(spec, monkeypatch):
+    """Candidates rejected on a recorded run (infer.Screen) are exactly those their own runs reject:
+    the inference, the separating probes and the probe count are the same with and without it."""
+    assert _inferred(spec, monkeypatch, True) == _inferred(spec, monkeypatch, False)
+
+
+class NoisyAdamW(torch.optim.AdamW):
+    """A correct AdamW plus noise from torch's generator, never seeded by the run: no two runs agree."""
+
+    def step(self, closure=None):
+        out = super().step(closure)
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.add_(torch.randn_like(p) * 1e-3)
+        return out
+
+
+def test_the_screen_records_only_a_run_that_repeats_itself():
+    """A wrong candidate is rejected on a recorded run only where the target repeats its run bit for
+    bit: a target that does not (noise from an unseeded generator) is never screened, its candidates
+    run for real; a correct deterministic one is recorded and a wrong convention rejected on it."""
+    from oracle.compare.checking.case_run import run_case
+    wrong, right = _wrong_and_right()
+    case = I.probe_cases(right, ("float32",))[0]
+    screen = I.Screen(0, "cpu")
+    assert screen.recording(right, case) is not None
+    rejected = screen.rejects(wrong, case)
+    assert rejected is not None and not rejected.passed and rejected.finding
+    assert not I.run_probe(wrong, case, 0, "cpu", verdict_only=True).passed  # its own run agrees
+    assert screen.rejects(right, case) is None  # a right one is left to its own run
+    noisy = replace(right, name="noisy", make=lambda groups, defaults: NoisyAdamW(groups, **defaults))
+    record: list = []
+    run_case(noisy, case, 0, "cpu", checks=I.PROBE_CHECKS, record=record)
+    assert len(record) == 1 + case.steps  # it runs and is recorded; only its second run differs
+    assert I.Screen(0, "cpu").recording(noisy, case) is None

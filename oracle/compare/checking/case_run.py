@@ -237,10 +237,10 @@ class FailedEarly(Exception):
     the run can make it pass (a check once failed stays failed)."""
 
 
-def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict, fail_fast=()):
+def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict, fail_fast=(), record: list | None = None):
     """Steps the target `case.steps` times with all per-step checks, then
     EXTRA_STEPS more unchecked; returns the optimizer and its params. fail_fast: check names; when
-    one of them has failed after a step, FailedEarly ends the run there."""
+    one of them has failed after a step, FailedEarly ends the run there. record: see Lockstep."""
     spec = oracle.SPECS[case.optimizer]
     compute = target.compute_dtype(case.dtype)
     u = unit_roundoff(compute)
@@ -250,7 +250,9 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict, fail_f
     params = make_params(case, seed, device, guards)
     opt = build_or_refuse(target, case, params)
     ls = Lockstep(target, opt, case.group_hparams(), res["lockstep"], res["counters"], schema=res["schema"],
-                  finite=res["finite"], quantized=res["quantized"], rounding=res["rounding"])
+                  finite=res["finite"], quantized=res["quantized"], rounding=res["rounding"], record=record)
+    if record is not None:
+        record.append(opt.param_groups)  # first: the run's groups (replay reads their shape)
     # The trajectory starts from the oracle's own initial state (Adagrad's
     # accumulator = the group's initial_accumulator_value), not the target's.
     traj_params = [[Bounded(p, None, u, state_u=unit_roundoff(new_state_format(target, {"param": case.dtype})),
@@ -324,10 +326,11 @@ def not_taken(target, case: C.Case) -> str | None:
 
 
 def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS,
-             fail_fast: bool = False) -> CaseResult:
+             fail_fast: bool = False, record: list | None = None) -> CaseResult:
     """One matrix case with `checks`. fail_fast: stop at the first step where one of them fails, for a
     caller that needs the verdict only (inference's probes, teach): the row then holds the findings up
-    to that step, and no hazards (a passing row neither: they are never a verdict) or round trips."""
+    to that step, and no hazards (a passing row neither: they are never a verdict) or round trips.
+    record: a list that receives the run's param_groups, then each checked step (Lockstep.record)."""
     import time
     t0 = time.perf_counter()
     result = CaseResult(target.name, case.name, case.optimizer, case.dtype, case.group_hparams(), seed, case.steps)
@@ -346,7 +349,7 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
     res = {name: CheckResult(name) for name in CHECKS}
     try:
         with phase("matrix case: inputs, steps past the checks"):
-            opt, params = lockstep_run(target, case, seed, device, res, checks if fail_fast else ())
+            opt, params = lockstep_run(target, case, seed, device, res, checks if fail_fast else (), record)
         if not fail_fast:
             with phase("matrix case: hazard measurements"):
                 result.hazards = case_hazards(target, case, seed, device, free_run)

@@ -70,7 +70,7 @@ class Lockstep:
 
     def __init__(self, target, opt, hparams: list[dict], values: CheckResult, counters: CheckResult,
                  label: str = "", inner=None, schema: CheckResult | None = None, finite: CheckResult | None = None,
-                 quantized: CheckResult | None = None, rounding: CheckResult | None = None):
+                 quantized: CheckResult | None = None, rounding: CheckResult | None = None, record: list | None = None):
         self.target, self.opt, self.inner = target, opt, inner if inner is not None else opt
         self.spec = oracle.SPECS[target.optimizer]
         self.hparams = list(hparams)
@@ -81,6 +81,8 @@ class Lockstep:
         self.rounding = rounding if rounding is not None else values
         self.rounded = Samples()  # stochastically rounded params, for the distribution test (finish)
         self.tracked = OptState.empty([g["params"] for g in self.inner.param_groups])
+        self._validated = None  # (the hparams validated, spec.validate's result)
+        self.record = record  # a list: each checked step's (k, grads, before, after) is appended (replay)
 
     def grow(self, hparams: dict) -> None:
         """A group was added with add_param_group: the oracle gains it too."""
@@ -107,7 +109,7 @@ class Lockstep:
 
     def expected(self, before: Snapshot, grads, scaling: GradScaling | None = None) -> dict:
         """compute dtype -> the oracle's (params, state) from `before`, as Bounded arrays."""
-        hps = self.spec.validate(self.hparams)
+        hps = self.validated()
         out = {}
         for compute in {c for row in self.computes(before) for c in row} or {"float32"}:
             u = unit_roundoff(compute)
@@ -118,6 +120,17 @@ class Lockstep:
             state = self.oracle_state(before, lambda v: Bounded(v, None, u))
             out[compute] = self.spec.step(params, bgrads, state, hps, self.target.convention, scaling)
         return out
+
+    def validated(self) -> list:
+        """spec.validate(self.hparams), done again only when they change (lr_schedule replaces a group's)."""
+        try:
+            if self._validated is not None and self._validated[0] == self.hparams:
+                return self._validated[1]
+        except (TypeError, ValueError):  # a value without a plain ==: validate afresh
+            pass
+        hps = self.spec.validate(self.hparams)
+        self._validated = ([dict(h) for h in self.hparams], hps)
+        return hps
 
     def explain(self, before: Snapshot, grads, scaling, g: int, i: int, index: tuple) -> str | None:
         """The operation that makes element (g, i, index) non-finite in the target's compute arithmetic."""
@@ -145,6 +158,8 @@ class Lockstep:
             self.tracked = counters_only(next(iter(expected.values()))[1])
             self.compare(k, before, after, expected)
             check_counters(self.counters, k, self.target.convention.counter, self.tracked, after, self.label)
+        if self.record is not None and scaling is None and do_step is None:
+            self.record.append((k, grads, before, after))
         return before, after
 
     def compare(self, k, before: Snapshot, after: Snapshot, expected: dict) -> None:
@@ -193,4 +208,29 @@ class Lockstep:
             judge_distribution(self.rounding, self.rounded)
 
 
-__all__ = ["Lockstep", "check_counters", "counters_only", "new_state_format"]
+def replay(target, groups, hparams: list[dict], steps: list, values: CheckResult) -> None:
+    """Judge `target` on a recorded run (Lockstep.record: the same target's steps, judged under another
+    convention): the oracle from each recorded `before`, compared with its `after`, counters included,
+    into `values` (the lockstep, schema and counter findings a checked run would make at those steps;
+    quantized-state and rounding findings are left out, as a probe leaves them). `groups`: the recorded
+    run's param_groups (their shape). Stops after the first step with a finding."""
+    ignored = CheckResult("ignored")
+    ls = Lockstep(target, _Groups(groups), hparams, values, values, schema=values, finite=ignored,
+                  quantized=ignored, rounding=ignored)
+    for k, grads, before, after in steps:
+        expected = ls.expected(before, grads)
+        ls.tracked = counters_only(next(iter(expected.values()))[1])
+        ls.compare(k, before, after, expected)
+        check_counters(values, k, target.convention.counter, ls.tracked, after, ls.label)
+        if not values.passed:
+            return
+
+
+class _Groups:
+    """What Lockstep reads of an optimizer it does not step: its param_groups."""
+
+    def __init__(self, groups):
+        self.param_groups = groups
+
+
+__all__ = ["Lockstep", "check_counters", "counters_only", "new_state_format", "replay"]

@@ -194,6 +194,88 @@ def run_probe(target, case, seed: int, device: str, verdict_only: bool = False) 
     return Probe(case.name, False, describe(res))
 
 
+SCREEN = True  # off: every candidate's probes are real runs (tests/test_infer.py compares the two)
+
+
+class Screen:
+    """Rejects a candidate convention on a probe without running the target again, where that is
+    certain. The candidates of one search differ only in what judges the target (its convention),
+    never in how it runs, so the target's run of a probe case is recorded once (run_case's `record`:
+    its state before and after each checked step) and each candidate's oracle is replayed against it
+    (lockstep.replay). A replayed lockstep, schema or counter finding is one the candidate's own run
+    would make at that step, so that run would fail the probe: the candidate is rejected. Anything
+    else (the replay passes, the oracle raises, nothing was recorded) leaves it to the real run. The
+    run is recorded twice and used only if both are the same bit for bit (a target that does not
+    repeat itself is never screened), and never for a target whose probe failures a known defect may
+    account for (run_probe treats those differently)."""
+
+    def __init__(self, seed: int, device: str):
+        self.seed, self.device = seed, device
+        self.recorded: dict = {}  # case name -> (param_groups, steps), or None: not screenable
+
+    def rejects(self, target, case) -> Probe | None:
+        """A failed Probe when the recorded run rejects `target`'s convention on `case`; None otherwise."""
+        from ..checking.lockstep import replay
+        from ..measuring.checks import CheckResult
+        rec = self.recording(target, case)
+        if rec is None:
+            return None
+        groups, steps = rec
+        values = CheckResult("lockstep")
+        try:
+            with watched(case.name):
+                replay(target, groups, case.group_hparams(), steps, values)
+        except Exception:  # noqa: BLE001 - the oracle refuses this convention here: the real run says how
+            return None
+        if values.passed:
+            return None
+        from ..checking.explain import finding_text
+        f = values.findings[0] if values.findings else None
+        return Probe(case.name, False, finding_text(f) if f is not None else "lockstep: failed (replayed)")
+
+    def recording(self, target, case):
+        if case.name not in self.recorded:
+            self.recorded[case.name] = self._record(target, case)
+        return self.recorded[case.name]
+
+    def _record(self, target, case):
+        from ..checking import known
+        from ..checking.case_run import run_case
+        if any(known.note(target.name, check, case.name) for check in (*PROBE_CHECKS, "error")):
+            return None
+        runs = []
+        for _ in range(2):
+            record: list = []
+            with watched(case.name):
+                run_case(target, case, self.seed, self.device, checks=PROBE_CHECKS, record=record)
+            if not record[1:]:
+                return None  # skipped, refused or raised before a checked step
+            runs.append(record)
+        (groups, *steps), (_, *again) = runs
+        same = len(steps) == len(again) and all(
+            k1 == k2 and same_snapshot(b1, b2) and same_snapshot(a1, a2)
+            for (k1, _, b1, a1), (k2, _, b2, a2) in zip(steps, again))
+        return (groups, steps) if same else None
+
+
+def same_snapshot(a, b) -> bool:
+    """Two readbacks of a target's state hold the same values bit for bit (NaNs alike), dtypes and counters."""
+    import numpy as np
+
+    def arrays(x, y):
+        return x.shape == y.shape and np.array_equal(x.view(np.uint64) if x.dtype == np.float64 else x,
+                                                     y.view(np.uint64) if y.dtype == np.float64 else y)
+    if (a.dtypes, a.param_steps, a.group_steps, a.extra_keys) != (b.dtypes, b.param_steps, b.group_steps, b.extra_keys):
+        return False
+    for pa, pb, sa, sb in zip((p for g in a.params for p in g), (p for g in b.params for p in g),
+                              (s for g in a.state for s in g), (s for g in b.state for s in g)):
+        if not arrays(np.asarray(pa), np.asarray(pb)) or sa.keys() != sb.keys():
+            return False
+        if not all(arrays(np.asarray(sa[key]), np.asarray(sb[key])) for key in sa):
+            return False
+    return True
+
+
 def known_defects(target: str, case: str, res) -> str:
     """The known-defect notes (reports/known.toml, or --known's file) that account for every check
     `res` fails; "" when any failing check is unaccounted for."""
@@ -202,12 +284,15 @@ def known_defects(target: str, case: str, res) -> str:
     return "; ".join(dict.fromkeys(notes)) if notes and all(notes) else ""
 
 
-def explains(target, probes, seed: int, device: str, stop_early: bool = True, runs: list | None = None) -> list:
-    """The probes `target` fails (at most one when stop_early); `runs` counts the probe runs. A probe
-    the constructor refuses is no evidence; when it refuses every one, that is the failure."""
+def explains(target, probes, seed: int, device: str, stop_early: bool = True, runs: list | None = None,
+             screen: "Screen | None" = None) -> list:
+    """The probes `target` fails (at most one when stop_early); `runs` counts the probe runs (a probe a
+    screen rejects counts as one). A probe the constructor refuses is no evidence; when it refuses every
+    one, that is the failure."""
     failed, skipped = [], []
     for case in probes:
-        p = run_probe(target, case, seed, device, verdict_only=stop_early)
+        p = screen.rejects(target, case) if screen is not None and stop_early else None
+        p = p or run_probe(target, case, seed, device, verdict_only=stop_early)
         if runs is not None:
             runs.append(case.name)
         if p.skipped:
@@ -350,10 +435,13 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
     inf.state_names = names
 
     runs: list = []
+    # stage 1's candidates share the precision axes and state names: one recorded run per probe serves all
+    screen = Screen(seed, device) if SCREEN else None
 
-    def judge(cand, probes):
+    def judge(cand, probes, screen=None):
         inf.tried += 1
-        return explains(apply(target, replace(cand, state_names=names)), probes, seed, device, runs=runs)
+        return explains(apply(target, replace(cand, state_names=names)), probes, seed, device, runs=runs,
+                        screen=screen)
 
     # 1. the arithmetic convention, on float32 probes (where the precision axes do not matter):
     # every legitimate form first, a library's deviation only when none explains the target
@@ -364,7 +452,7 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
     for group in groups:
         for preset, conv in group:
             cand = Candidate(preset, conv, compute0, state0, masters0)
-            failed = judge(cand, fp32)
+            failed = judge(cand, fp32, screen)
             if failed:
                 scored.append((cand, failed))
             else:
