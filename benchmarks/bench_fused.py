@@ -44,6 +44,20 @@ What the CPU kernels do to run at the memory limit (16M fp32, 2 cores):
   to 1.0-1.04x, our AdamW fp32 from 0.95-0.98x of torch's time to 0.88-0.94x.
 - Adagrad and Adam leave the L2 term out at weight_decay 0, as torch does (oracle zero_decay="skip").
 
+What differs between machines (2026-12-05, a 2-vCPU KVM guest reporting avx512fp16; shared, so the
+figures below are interleaved ratios, several runs each; no kernel change came of it):
+- Vector width: torch dispatches AVX512 here (zmm); GCC's -march=native (rocketlake) prefers 256-bit,
+  so ours is ymm. -mprefer-vector-width=512: AdamW +1%, Adagrad +-0 in idle windows. Not the cause.
+- Huge pages: THP is madvise here, so every tensor has 4 KiB pages and page walks cost (what our
+  prefetches partly hide). With torch's allocator on huge pages (THP_MEM_ALLOC_ENABLE=1) torch's
+  CPU time per step fell 14% and ours 8%: AdamW 1.00-1.03x, Adagrad 0.92-0.97x wall (loaded machine).
+  A machine with THP=always is likely the kind where ours was measured behind. Our own moments alone
+  on huge pages (mmap + madvise) gained 1-2.5%: not taken.
+- Prefetch: none, 1-8 KiB ahead, prefetcht1: within noise (+-4%) for Adagrad; 3 KiB ahead with
+  512-bit vectors gave AdamW +2-3% in 12 idle-window runs, Adagrad nothing: left as a lead.
+- Idle here, `bench_fused.py --suite adamw --suite adagrad --suite lamb --rounds 7`: AdamW fp32 1.05x
+  and 1.11x (1, 4 tensors), Adagrad 1.04x and 1.06x (1, 100); LAMB 1.66x and 1.41x our AdamW.
+
 Where LAMB's time goes (one 16M tensor; each pass timed inside a loop of steps, with a timing build
 that is not committed). Earlier machine: grad norm 2.2 ms, stage 1 9.5-10 ms, stage 2 3.9 ms, against
 10.1-10.3 ms for our AdamW step; 1.58-1.69x over runs. The machine of 2026-12-01 (slower memory): grad
