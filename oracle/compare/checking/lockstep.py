@@ -81,7 +81,6 @@ class Lockstep:
         self.rounding = rounding if rounding is not None else values
         self.rounded = Samples()  # stochastically rounded params, for the distribution test (finish)
         self.tracked = OptState.empty([g["params"] for g in self.inner.param_groups])
-        self._validated = None  # (the hparams validated, spec.validate's result)
         self.record = record  # a list: each checked step's (k, grads, before, after) is appended (replay)
 
     def grow(self, hparams: dict) -> None:
@@ -109,7 +108,7 @@ class Lockstep:
 
     def expected(self, before: Snapshot, grads, scaling: GradScaling | None = None) -> dict:
         """compute dtype -> the oracle's (params, state) from `before`, as Bounded arrays."""
-        hps = self.validated()
+        hps = self.spec.validate(self.hparams)  # remembered per hparams (oracle.hparams.validated)
         out = {}
         for compute in {c for row in self.computes(before) for c in row} or {"float32"}:
             u = unit_roundoff(compute)
@@ -120,17 +119,6 @@ class Lockstep:
             state = self.oracle_state(before, lambda v: Bounded(v, None, u))
             out[compute] = self.spec.step(params, bgrads, state, hps, self.target.convention, scaling)
         return out
-
-    def validated(self) -> list:
-        """spec.validate(self.hparams), done again only when they change (lr_schedule replaces a group's)."""
-        try:
-            if self._validated is not None and self._validated[0] == self.hparams:
-                return self._validated[1]
-        except (TypeError, ValueError):  # a value without a plain ==: validate afresh
-            pass
-        hps = self.spec.validate(self.hparams)
-        self._validated = ([dict(h) for h in self.hparams], hps)
-        return hps
 
     def explain(self, before: Snapshot, grads, scaling, g: int, i: int, index: tuple) -> str | None:
         """The operation that makes element (g, i, index) non-finite in the target's compute arithmetic."""
@@ -155,12 +143,16 @@ class Lockstep:
         with phase("comparing"):
             check_finite(self.finite, k, before, after, grads,
                          lambda g, i, index: self.explain(before, grads, scaling, g, i, index))
-            self.tracked = counters_only(next(iter(expected.values()))[1])
-            self.compare(k, before, after, expected)
-            check_counters(self.counters, k, self.target.convention.counter, self.tracked, after, self.label)
+            self.judge(k, before, after, expected)
         if self.record is not None and scaling is None and do_step is None:
             self.record.append((k, grads, before, after))
         return before, after
+
+    def judge(self, k, before: Snapshot, after: Snapshot, expected: dict) -> None:
+        """The step's values and counters against the oracle's `expected` (the oracle's counters advance)."""
+        self.tracked = counters_only(next(iter(expected.values()))[1])
+        self.compare(k, before, after, expected)
+        check_counters(self.counters, k, self.target.convention.counter, self.tracked, after, self.label)
 
     def compare(self, k, before: Snapshot, after: Snapshot, expected: dict) -> None:
         got_params, old_params = math_params(after), math_params(before)
@@ -218,10 +210,7 @@ def replay(target, groups, hparams: list[dict], steps: list, values: CheckResult
     ls = Lockstep(target, _Groups(groups), hparams, values, values, schema=values, finite=ignored,
                   quantized=ignored, rounding=ignored)
     for k, grads, before, after in steps:
-        expected = ls.expected(before, grads)
-        ls.tracked = counters_only(next(iter(expected.values()))[1])
-        ls.compare(k, before, after, expected)
-        check_counters(values, k, target.convention.counter, ls.tracked, after, ls.label)
+        ls.judge(k, before, after, ls.expected(before, grads))
         if not values.passed:
             return
 
