@@ -18,6 +18,11 @@ HOSTILE = ["tests.broken.tampering:DoubleLrAdamW", "tests.broken.tampering:Numpy
 CORRECT = ["torch.optim:AdamW", "tests.broken.adamw:CorrectAdamW"]
 
 
+# the module's fixture runs three sweeps: on one worker, once (under --dist loadgroup its tests were
+# split over both workers, and each ran the fixture: 75 s twice)
+pytestmark = pytest.mark.xdist_group("tamper")
+
+
 def run(tmp_path, name, *extra):
     folder = tmp_path / name
     impls = [a for spec in HOSTILE + CORRECT for a in ("--impl", spec)]

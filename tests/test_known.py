@@ -81,6 +81,15 @@ def prebuilt_deepspeed_ops(where: str) -> dict:
     return build_ops(where)
 
 
+@functools.lru_cache(maxsize=None)
+def run_script(argv: tuple, env: tuple) -> subprocess.CompletedProcess:
+    """A repro script's run, once per script and environment: entries that share a script (one defect
+    seen by several scenarios) share its evidence (64 entries, 36 scripts)."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=600, cwd=ROOT, env=dict(env))
+
+
+# on one worker, so that entries sharing a script share its run (run_script)
+@pytest.mark.xdist_group("known_repro")
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.id)
 def test_repro_still_reproduces_on_its_listed_versions(entry):
     """strict xfail for the evidence: where the entry applies, its script must still show the defect."""
@@ -99,7 +108,7 @@ def test_repro_still_reproduces_on_its_listed_versions(entry):
     argv = [sys.executable, str(entry.repro_path())]
     if entry.library == "deepspeed":  # the script as it is, run after the cached ops are loaded (PRELOADED)
         argv = [sys.executable, "-c", PRELOADED, str(entry.repro_path())]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    out = run_script(tuple(argv), tuple(sorted(env.items())))
     assert out.returncode == 0, (f"{entry.id} no longer reproduces on {entry.library} "
                                  f"{VERSIONS.get(entry.library)} ({K.FIXED_HINT}):\n{out.stdout}{out.stderr}")
 
