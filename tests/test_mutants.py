@@ -143,6 +143,8 @@ def test_inference_explains_no_mutant(gate):
     # and none passes: inference may name the deviation (a failing "deviation" row), never excuse it
     deviating = [r for r in rows if r.entry.kind == "deviation-mutant"]
     assert len(deviating) >= 15 and all(r.verdict == "killed" for r in deviating)
+    # killed by a check, never by crashing (they once raised at every step, and "killed" proved nothing)
+    assert not [(r.entry.name, r.first) for r in deviating if "error" in r.caught]
     # passed undeclared only where the mutant says why its behaviour is then legitimate, and only in
     # a configuration inference calls legitimate; the declared gate still kills each
     legit = [r for r in rows if r.verdict == "legitimate undeclared"]
@@ -219,3 +221,29 @@ def test_a_mutant_stops_early_with_the_verdict_of_a_full_run():
     assert K.run_entry(control, scenario_names=[], stop="killed").cases == planned
     with pytest.raises(ValueError, match="stop must be one of"):
         K.run_entry(mutant, stop="sometimes")
+
+
+def test_deviation_mutants_step_as_their_deviation():
+    """Each deviation mutant (oracle.mutants.deviations) steps 2-D and 1-D params without raising and
+    moves them as the float64 oracle does under its deviation convention (the oracle is its step: this
+    checks the plumbing around it, which once raised at every step)."""
+    import numpy as np
+    import oracle
+    from oracle.common import OptState
+    from oracle.mutants.deviations import DEVIATION_MUTANTS
+    assert len(DEVIATION_MUTANTS) >= 15
+    rng = np.random.default_rng(0)
+    for cls in DEVIATION_MUTANTS:
+        spec = oracle.SPECS[cls.ORACLE_OPTIMIZER]
+        start = [rng.standard_normal((3, 4)), rng.standard_normal(5)]
+        grads = [rng.standard_normal((3, 4)), rng.standard_normal(5)]
+        params = [torch.nn.Parameter(torch.tensor(x, dtype=torch.float64)) for x in start]
+        for p, g in zip(params, grads):
+            p.grad = torch.tensor(g)
+        hps = dict(spec.defaults, lr=1e-2, **({"weight_decay": 0.1} if "weight_decay" in spec.defaults else {}))
+        opt = cls(params, **hps)
+        opt.step()
+        want, _ = spec.step([start], [grads], OptState.empty([start]), [hps], cls.DEVIATION_CONVENTION)
+        for p, w in zip(params, want[0]):
+            np.testing.assert_allclose(p.detach().numpy(), np.asarray(w), rtol=1e-12, atol=1e-15, err_msg=cls.__name__)
+        assert any(not np.array_equal(p.detach().numpy(), x) for p, x in zip(params, start)), cls.__name__

@@ -95,7 +95,7 @@ class OracleStepped(torch.optim.Optimizer):
             for p, value, entry in zip(g["params"], new_params[gi], new_state.params[gi]):
                 if p.grad is None:
                     continue
-                p.copy_(torch.from_numpy(np.array(value, dtype=np.float64)).to(p.device, p.dtype).reshape(state_shape(key, tuple(p.shape))))
+                p.copy_(torch.from_numpy(np.array(value, dtype=np.float64)).to(p.device, p.dtype).reshape(p.shape))
                 self._store(p, entry)
         return loss
 
