@@ -247,20 +247,71 @@ class NoisyAdamW(torch.optim.AdamW):
 
 
 def test_the_screen_records_only_a_run_that_repeats_itself():
-    """A wrong candidate is rejected on a recorded run only where the target repeats its run bit for
-    bit: a target that does not (noise from an unseeded generator) is never screened, its candidates
-    run for real; a correct deterministic one is recorded and a wrong convention rejected on it."""
+    """A candidate is judged on a recorded run only where the target repeats its run bit for bit: a
+    target that does not (noise from an unseeded generator) is never screened, its candidates run for
+    real; a correct deterministic one is recorded, a wrong convention fails on it and a right one
+    passes, each as its own run says."""
     from oracle.compare.checking.case_run import run_case
     wrong, right = _wrong_and_right()
     case = I.probe_cases(right, ("float32",))[0]
     screen = I.Screen(0, "cpu")
     assert screen.recording(right, case) is not None
-    rejected = screen.rejects(wrong, case)
+    rejected = screen.judge(wrong, case)
     assert rejected is not None and not rejected.passed and rejected.finding
     assert not I.run_probe(wrong, case, 0, "cpu", verdict_only=True).passed  # its own run agrees
-    assert screen.rejects(right, case) is None  # a right one is left to its own run
+    assert screen.judge(right, case).passed and I.run_probe(right, case, 0, "cpu", verdict_only=True).passed
     noisy = replace(right, name="noisy", make=lambda groups, defaults: NoisyAdamW(groups, **defaults))
     record: list = []
     run_case(noisy, case, 0, "cpu", checks=I.PROBE_CHECKS, record=record)
-    assert len(record) == 1 + case.steps  # it runs and is recorded; only its second run differs
+    assert len(record) == 1 + case.steps + 1  # it runs and is recorded; only its second run differs
     assert I.Screen(0, "cpu").recording(noisy, case) is None
+
+
+@pytest.mark.parametrize("spec", ["tests.broken.adamw:OffByOneAdamW", "torch.optim:AdamW",
+                                  "oracle.mutants.catalog:TE1986EmptyGroupCounter",
+                                  "oracle.mutants.catalog:Apex1728Bf16NoMaster"])
+def test_a_replayed_probe_reaches_its_own_runs_verdict(spec):
+    """Probe by probe, candidate by candidate (both stages: float32 conventions, then the precision
+    axes on bf16/fp16 probes): the verdict on the recorded run is the verdict of the candidate's own
+    run, failing where it fails, passing where it passes."""
+    target = load_impl(spec, optimizer="adamw", inferred=False)
+    screen = I.Screen(0, "cpu")
+    judged = {True: 0, False: 0}
+    convs = I.conventions_for("adamw")[:24] + I.deviations_for("adamw")[:8]
+    for dtypes, cands in ((("float32",), [Candidate(n, c, "float32", "param", False) for n, c in convs]),
+                          (("bfloat16", "float16"), [Candidate("torch.adamw", target.convention, *axes)
+                                                     for axes in I.PRECISIONS])):
+        for case in I.probe_cases(target, dtypes)[:6]:
+            for cand in cands:
+                t = apply(target, cand)
+                replayed = screen.judge(t, case)
+                if replayed is None:
+                    continue
+                own = I.run_probe(t, case, 0, "cpu", verdict_only=True)
+                assert (replayed.passed, replayed.skipped) == (own.passed, own.skipped), (cand.label(), case.name)
+                judged[replayed.passed] += 1
+    assert judged[True] >= 5 and judged[False] >= 50, judged  # both verdicts were reached on recordings
+
+
+class LateNanAdamW(torch.optim.AdamW):
+    """A correct AdamW until its third step, which leaves a NaN in its first param."""
+
+    def step(self, closure=None):
+        out = super().step(closure)
+        self._steps = getattr(self, "_steps", 0) + 1
+        if self._steps == 3:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].view(-1)[0] = float("nan")
+        return out
+
+
+def test_a_run_that_fails_finite_is_not_judged_on_a_recording():
+    """finite and bounds read only the target's run: a recording that fails one is not used (every
+    candidate's own run reports where, first), while the same target's other cases are judged on theirs."""
+    _, right = _wrong_and_right()
+    nan = replace(right, name="late-nan", make=lambda groups, defaults: LateNanAdamW(groups, **defaults))
+    case = I.probe_cases(right, ("float32",))[0]
+    probe = I.run_probe(nan, case, 0, "cpu")
+    assert not probe.passed and "finite" in probe.finding
+    assert I.Screen(0, "cpu").recording(nan, case) is None
+    assert I.Screen(0, "cpu").recording(right, case) is not None

@@ -7,6 +7,7 @@ under tox -e gpu (pytest -m gpu).
 """
 from __future__ import annotations
 
+import io
 import os
 
 import pytest
@@ -247,3 +248,8 @@ def test_deviation_mutants_step_as_their_deviation():
         for p, w in zip(params, want[0]):
             np.testing.assert_allclose(p.detach().numpy(), np.asarray(w), rtol=1e-12, atol=1e-15, err_msg=cls.__name__)
         assert any(not np.array_equal(p.detach().numpy(), x) for p, x in zip(params, start)), cls.__name__
+        # its state survives a checkpoint as the matrix's round trip takes one (weights_only)
+        buf = io.BytesIO()
+        torch.save(opt.state_dict(), buf)
+        buf.seek(0)
+        opt.load_state_dict(torch.load(buf, weights_only=True))

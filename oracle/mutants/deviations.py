@@ -72,6 +72,10 @@ class OracleStepped(torch.optim.Optimizer):
             elif isinstance(value, (np.ndarray, np.generic)) and key in self._spec().state_keys + tuple(
                     self._spec().optional_state):
                 st[key] = torch.from_numpy(np.array(value, dtype=np.float64)).to(p.device, p.dtype).reshape(state_shape(key, tuple(p.shape)))
+            elif isinstance(value, (np.ndarray, np.generic)):
+                # a derived scalar (ASGD's eta and mu): a float64 tensor, as a checkpoint loaded with
+                # weights_only takes it (a numpy scalar is refused) and _host_state reads it back
+                st[key] = torch.tensor(np.asarray(value, dtype=np.float64), device=p.device)
             else:
                 st[key] = value
 

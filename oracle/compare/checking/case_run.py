@@ -146,9 +146,9 @@ def free_run(target, case: C.Case, seed: int, device: str, hparams: list[dict]) 
 
 # --- checks ----------------------------------------------------------------
 
-def check_schema(res: CheckResult, case, target, opt, snap: Snapshot, touched) -> None:
-    """State keys, dtypes, shapes and devices as the target's convention says."""
-    where = counter_location(opt)
+def check_schema(res: CheckResult, case, target, where: str | None, snap: Snapshot, touched) -> None:
+    """State keys, dtypes, shapes and devices as the target's convention says; `where`: the counters'
+    location (counter_location of the optimizer), `snap` its state after the run."""
     if where is not None and where != target.convention.counter:
         res.fail(Finding("schema", None, "counters", expected=target.convention.counter, got=where,
                          detail="counter location differs from the declared convention"))
@@ -230,6 +230,36 @@ def check_trajectory(res: CheckResult, k, traj_params, traj_state, snap: Snapsho
                                    np.zeros_like(v.v), 2.0 * v.e, ulp_dtype(snap.dtypes[g][i][skey]))
 
 
+class Trajectory:
+    """The trajectory check's oracle: running free from the case's initial values (Adagrad's
+    accumulator the group's initial_accumulator_value, not the target's), rounding what the target
+    stores after every step (its `after` snapshot's dtypes), error bounds propagated step to step."""
+
+    def __init__(self, target, case: C.Case, seed: int):
+        self.spec, self.convention = oracle.SPECS[case.optimizer], target.convention
+        self.compute = target.compute_dtype(case.dtype)
+        self.u = unit_roundoff(self.compute)
+        self.hps = self.spec.validate(case.group_hparams())
+        initial = C.initial_params(case, seed)
+        state_u = unit_roundoff(new_state_format(target, {"param": case.dtype}))
+        self.params = [[Bounded(p, None, self.u, state_u=state_u, store_u=unit_roundoff(case.dtype)) for p in group]
+                       for group in initial]
+        self.state = OptState.empty(initial)
+
+    def step(self, res: CheckResult, k: int, grads, before: Snapshot, after: Snapshot) -> None:
+        bgrads = [[None if g is None else Bounded(g, None, self.u) for g in gs] for gs in grads]
+        with phase("oracle and error model"):
+            params, state = self.spec.step(self.params, bgrads, self.state, self.hps, self.convention)
+            self.params, self.state = trajectory_store(params, state, after, self.compute)
+        with phase("comparing"):
+            check_trajectory(res, k, self.params, self.state, after, math_params(before))
+
+
+def touched_by(touched: list, grads) -> list:
+    """[g][i]: whether the param has had a grad by now (the schema check's state is due there)."""
+    return [[t or g is not None for t, g in zip(ts, gs)] for ts, gs in zip(touched, grads)]
+
+
 # --- the run -----------------------------------------------------------------
 
 class FailedEarly(Exception):
@@ -240,11 +270,10 @@ class FailedEarly(Exception):
 def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict, fail_fast=(), record: list | None = None):
     """Steps the target `case.steps` times with all per-step checks, then
     EXTRA_STEPS more unchecked; returns the optimizer and its params. fail_fast: check names; when
-    one of them has failed after a step, FailedEarly ends the run there. record: see Lockstep."""
-    spec = oracle.SPECS[case.optimizer]
-    compute = target.compute_dtype(case.dtype)
-    u = unit_roundoff(compute)
-    hps = spec.validate(case.group_hparams())
+    one of them has failed after a step, FailedEarly ends the run there. record: see Lockstep; after
+    the checked steps it also receives ("end", counter location, final snapshot), what the schema
+    check reads (replay_case)."""
+    trajectory = Trajectory(target, case, seed)  # first: it validates the hyperparameters
     guards: list = []
     seed_rounding(target, seed)
     params = make_params(case, seed, device, guards)
@@ -253,12 +282,6 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict, fail_f
                   finite=res["finite"], quantized=res["quantized"], rounding=res["rounding"], record=record)
     if record is not None:
         record.append(opt.param_groups)  # first: the run's groups (replay reads their shape)
-    # The trajectory starts from the oracle's own initial state (Adagrad's
-    # accumulator = the group's initial_accumulator_value), not the target's.
-    traj_params = [[Bounded(p, None, u, state_u=unit_roundoff(new_state_format(target, {"param": case.dtype})),
-                            store_u=unit_roundoff(case.dtype))
-                    for p in group] for group in C.initial_params(case, seed)]
-    traj_state = OptState.empty(params)
     touched = [[False] * len(group) for group in params]
     for k in range(1, case.steps + EXTRA_STEPS + 1):
         grads = C.grads_at(case, seed, k)
@@ -270,18 +293,41 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict, fail_f
         before, after = ls.step(k, grads)
         for guard in guards + [gg for gg, _ in grad_guards]:
             guard.check(res["bounds"], k)
-        touched = [[t or g is not None for t, g in zip(ts, gs)] for ts, gs in zip(touched, grads)]
-        bgrads = [[None if g is None else Bounded(g, None, u) for g in gs] for gs in grads]
-        with phase("oracle and error model"):
-            traj_params, traj_state = spec.step(traj_params, bgrads, traj_state, hps, target.convention)
-            traj_params, traj_state = trajectory_store(traj_params, traj_state, after, compute)
-        with phase("comparing"):
-            check_trajectory(res["trajectory"], k, traj_params, traj_state, after, math_params(before))
+        touched = touched_by(touched, grads)
+        trajectory.step(res["trajectory"], k, grads, before, after)
         if any(not res[name].passed for name in fail_fast):
             raise FailedEarly(k)
     ls.finish()
-    check_schema(res["schema"], case, target, opt, target.read(opt), touched)
+    where, final = counter_location(opt), target.read(opt)
+    check_schema(res["schema"], case, target, where, final, touched)
+    if record is not None:
+        record.append(("end", where, final))
     return opt, params
+
+
+def replay_case(target, case: C.Case, seed: int, groups, steps: list, end: tuple, res: dict,
+                fail_fast: bool = False) -> None:
+    """lockstep_run's judgement of `target` on a recorded run of the same case (its `record`): the
+    lockstep, counter, schema and trajectory findings a checked run would make, into `res` (the checks
+    that read only the target's run, finite and bounds, are the recording's own). fail_fast: stop
+    at the first finding, as a fail_fast run would (the verdict only: the lockstep steps are judged
+    before the trajectory's, since a wrong convention mostly fails lockstep at its first step)."""
+    from .lockstep import replayer
+    ls = replayer(target, groups, case.group_hparams(), res)
+    failed = (lambda: not all(c.passed for c in res.values())) if fail_fast else (lambda: False)
+    for k, grads, before, after in steps:
+        ls.judge(k, before, after, ls.expected(before, grads))
+        if failed():
+            return
+    trajectory = Trajectory(target, case, seed)
+    touched = [[False] * len(group["params"]) for group in groups]
+    for k, grads, before, after in steps:
+        touched = touched_by(touched, grads)
+        trajectory.step(res["trajectory"], k, grads, before, after)
+        if failed():
+            return
+    _, where, final = end
+    check_schema(res["schema"], case, target, where, final, touched)
 
 
 def reload(target, case, seed, device, opt, params):
@@ -330,7 +376,8 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
     """One matrix case with `checks`. fail_fast: stop at the first step where one of them fails, for a
     caller that needs the verdict only (inference's probes, teach): the row then holds the findings up
     to that step, and no hazards (a passing row neither: they are never a verdict) or round trips.
-    record: a list that receives the run's param_groups, then each checked step (Lockstep.record)."""
+    record: a list that receives the run's param_groups, then each checked step (Lockstep.record), then
+    what the schema check read (lockstep_run); a recorded run is for a verdict too: no hazards."""
     import time
     t0 = time.perf_counter()
     result = CaseResult(target.name, case.name, case.optimizer, case.dtype, case.group_hparams(), seed, case.steps)
@@ -350,7 +397,7 @@ def run_case(target, case: C.Case, seed: int, device: str = "cpu", checks=CHECKS
     try:
         with phase("matrix case: inputs, steps past the checks"):
             opt, params = lockstep_run(target, case, seed, device, res, checks if fail_fast else (), record)
-        if not fail_fast:
+        if not fail_fast and record is None:
             with phase("matrix case: hazard measurements"):
                 result.hazards = case_hazards(target, case, seed, device, free_run)
         if "roundtrip" in checks:

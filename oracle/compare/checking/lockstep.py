@@ -200,19 +200,15 @@ class Lockstep:
             judge_distribution(self.rounding, self.rounded)
 
 
-def replay(target, groups, hparams: list[dict], steps: list, values: CheckResult) -> None:
-    """Judge `target` on a recorded run (Lockstep.record: the same target's steps, judged under another
-    convention): the oracle from each recorded `before`, compared with its `after`, counters included,
-    into `values` (the lockstep, schema and counter findings a checked run would make at those steps;
-    quantized-state and rounding findings are left out, as a probe leaves them). `groups`: the recorded
-    run's param_groups (their shape). Stops after the first step with a finding."""
+def replayer(target, groups, hparams: list[dict], res: dict) -> Lockstep:
+    """A Lockstep that judges `target` on a recorded run (Lockstep.record: the same target's steps,
+    judged under another convention) with `judge(k, before, after, expected(before, grads))`: the
+    lockstep, schema and counter findings a checked run would make at those steps, into `res`'s
+    CheckResults of those names (quantized-state and rounding findings are left out, as a probe leaves
+    them; finite ones are the recorded run's own). `groups`: the recorded run's param_groups (their shape)."""
     ignored = CheckResult("ignored")
-    ls = Lockstep(target, _Groups(groups), hparams, values, values, schema=values, finite=ignored,
-                  quantized=ignored, rounding=ignored)
-    for k, grads, before, after in steps:
-        ls.judge(k, before, after, ls.expected(before, grads))
-        if not values.passed:
-            return
+    return Lockstep(target, _Groups(groups), hparams, res["lockstep"], res["counters"], schema=res["schema"],
+                    finite=ignored, quantized=ignored, rounding=ignored)
 
 
 class _Groups:
@@ -222,4 +218,4 @@ class _Groups:
         self.param_groups = groups
 
 
-__all__ = ["Lockstep", "check_counters", "counters_only", "new_state_format", "replay"]
+__all__ = ["Lockstep", "check_counters", "counters_only", "new_state_format", "replayer"]

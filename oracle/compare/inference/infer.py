@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
+import pickle
 import sys
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -198,40 +200,50 @@ SCREEN = True  # off: every candidate's probes are real runs (tests/test_infer.p
 
 
 class Screen:
-    """Rejects a candidate convention on a probe without running the target again, where that is
-    certain. The candidates of one search differ only in what judges the target (its convention),
-    never in how it runs, so the target's run of a probe case is recorded once (run_case's `record`:
-    its state before and after each checked step) and each candidate's oracle is replayed against it
-    (lockstep.replay). A replayed lockstep, schema or counter finding is one the candidate's own run
-    would make at that step, so that run would fail the probe: the candidate is rejected. Anything
-    else (the replay passes, the oracle raises, nothing was recorded) leaves it to the real run. The
-    run is recorded twice and used only if both are the same bit for bit (a target that does not
-    repeat itself is never screened), and never for a target whose probe failures a known defect may
-    account for (run_probe treats those differently)."""
+    """Judges a candidate convention on a probe from a recorded run of the target, without running it
+    again. The candidates of one search differ only in what judges the target (its convention and
+    precision axes), never in how it runs, so the target's run of a probe case is recorded once
+    (run_case's `record`: its state before and after each checked step, and at the end) and each
+    candidate's checks are replayed on it (case_run.replay_case): lockstep, counters, schema and
+    trajectory from the oracle under that candidate; finite and bounds, which read only the target's
+    run, are the recording's. That is the verdict the candidate's own run would reach. The run is
+    recorded twice and used only if both are the same bit for bit (a target that does not repeat
+    itself is never screened); a recording that failed finite or bounds, or did not run every step,
+    is not used; nor one of a target whose probe failures a known defect may account for (run_probe
+    treats those differently). A replay the oracle refuses (it raises) is left to a real run."""
 
     def __init__(self, seed: int, device: str):
         self.seed, self.device = seed, device
-        self.recorded: dict = {}  # case name -> (param_groups, steps), or None: not screenable
+        self.recorded: dict = {}  # case name -> (groups, steps, end, finite and bounds), or None: not screenable
 
-    def rejects(self, target, case) -> Probe | None:
-        """A failed Probe when the recorded run rejects `target`'s convention on `case`; None otherwise."""
-        from ..checking.lockstep import replay
+    def judge(self, target, case) -> Probe | None:
+        """The Probe `target`'s own verdict-only run of `case` would give; None: run it."""
+        from ..checking.case_run import CaseResult, replay_case
+        from ..checking.explain import describe
         from ..measuring.checks import CheckResult
         rec = self.recording(target, case)
         if rec is None:
             return None
-        groups, steps = rec
-        values = CheckResult("lockstep")
+        groups, steps, end, recorded, fingerprint = rec
+        key = (fingerprint, judged_by(target), case.name, case.steps, self.seed)
+        if key in _JUDGED:
+            return _JUDGED[key]
+        res = {name: CheckResult(name) for name in PROBE_CHECKS if name not in recorded} | recorded
         try:
             with watched(case.name):
-                replay(target, groups, case.group_hparams(), steps, values)
+                replay_case(target, case, self.seed, groups, steps, end, res, fail_fast=True)
         except Exception:  # noqa: BLE001 - the oracle refuses this convention here: the real run says how
             return None
-        if values.passed:
-            return None
-        from ..checking.explain import finding_text
-        f = values.findings[0] if values.findings else None
-        return Probe(case.name, False, finding_text(f) if f is not None else "lockstep: failed (replayed)")
+        if all(c.passed for c in res.values()):
+            probe = Probe(case.name, True)
+        else:
+            result = CaseResult(target.name, case.name, case.optimizer, case.dtype, case.group_hparams(), self.seed,
+                                case.steps, status="fail", checks={name: res[name] for name in PROBE_CHECKS})
+            probe = Probe(case.name, False, describe(result))
+        if len(_JUDGED) >= JUDGED_KEPT:
+            _JUDGED.clear()
+        _JUDGED[key] = probe
+        return probe
 
     def recording(self, target, case):
         if case.name not in self.recorded:
@@ -247,15 +259,37 @@ class Screen:
         for _ in range(2):
             record: list = []
             with watched(case.name):
-                run_case(target, case, self.seed, self.device, checks=PROBE_CHECKS, record=record)
-            if not record[1:]:
-                return None  # skipped, refused or raised before a checked step
+                result = run_case(target, case, self.seed, self.device, checks=PROBE_CHECKS, record=record)
+            if result.status not in ("pass", "fail") or len(record) != case.steps + 2:
+                return None  # skipped, refused or raised: not every step was recorded
+            if not (result.checks["finite"].passed and result.checks["bounds"].passed):
+                return None  # every candidate fails alike; the real run says where first
             runs.append(record)
-        (groups, *steps), (_, *again) = runs
-        same = len(steps) == len(again) and all(
+        (groups, *steps, end), (_, *again, end2) = runs
+        same = end[1] == end2[1] and same_snapshot(end[2], end2[2]) and all(
             k1 == k2 and same_snapshot(b1, b2) and same_snapshot(a1, a2)
             for (k1, _, b1, a1), (k2, _, b2, a2) in zip(steps, again))
-        return (groups, steps) if same else None
+        if not same:
+            return None
+        # what the judgement reads of the recording, as bytes: equal bytes, equal recordings
+        shapes = [[tuple(p.shape) for p in g["params"]] for g in groups]
+        fingerprint = hashlib.sha256(pickle.dumps((shapes, steps, end), protocol=5)).digest()
+        return groups, steps, end, {n: result.checks[n] for n in ("finite", "bounds")}, fingerprint
+
+
+# A probe's verdict on a recording is a function of the recording, of what judges the target and of
+# the case: remembered per process by the recording's bytes, so a target that runs a probe exactly as
+# an earlier one did (a mutant away from its defect, the same class under another name) is judged
+# there without its oracle replayed (run_all's mutants: most of their probes).
+_JUDGED: dict = {}
+JUDGED_KEPT = 100_000
+UNJUDGING = ("name", "notes")  # the Target fields no check reads
+
+
+def judged_by(target) -> tuple:
+    """What of a target its checks read (all but its name, its notes and its callables)."""
+    return tuple((f.name, v) for f in fields(target)
+                 if f.name not in UNJUDGING and not callable(v := getattr(target, f.name)))
 
 
 def same_snapshot(a, b) -> bool:
@@ -287,11 +321,11 @@ def known_defects(target: str, case: str, res) -> str:
 def explains(target, probes, seed: int, device: str, stop_early: bool = True, runs: list | None = None,
              screen: "Screen | None" = None) -> list:
     """The probes `target` fails (at most one when stop_early); `runs` counts the probe runs (a probe a
-    screen rejects counts as one). A probe the constructor refuses is no evidence; when it refuses every
+    screen judges counts as one). A probe the constructor refuses is no evidence; when it refuses every
     one, that is the failure."""
     failed, skipped = [], []
     for case in probes:
-        p = screen.rejects(target, case) if screen is not None and stop_early else None
+        p = screen.judge(target, case) if screen is not None and stop_early else None
         p = p or run_probe(target, case, seed, device, verdict_only=stop_early)
         if runs is not None:
             runs.append(case.name)
@@ -435,7 +469,7 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
     inf.state_names = names
 
     runs: list = []
-    # stage 1's candidates share the precision axes and state names: one recorded run per probe serves all
+    # the candidates share how the target runs (they differ in what judges it): one recorded run per probe serves all
     screen = Screen(seed, device) if SCREEN else None
 
     def judge(cand, probes, screen=None):
@@ -471,7 +505,7 @@ def infer(target, device: str = "cpu", seed: int = 0, declared: dict | None = No
     tried_low = []
     for compute, state, masters in precisions(declared):
         cand = replace(best, compute=compute, state_dtype=state, masters=masters)
-        failed = judge(cand, low) if low else []
+        failed = judge(cand, low, screen) if low else []
         if not failed:
             chosen = cand
             break
