@@ -50,7 +50,8 @@ def repro_env(entry) -> dict:
     """The repro's environment: DeepSpeed's run on its CPU accelerator with the ops the harness built
     (the same TORCH_EXTENSIONS_DIR, so no script rebuilds them)."""
     # this worker may hold a live process group: its rendezvous settings must not reach the script
-    drop = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_SIZE"}
+    # (and pytest's name of the current test, which would make each entry's environment its own: run_script)
+    drop = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_SIZE", "PYTEST_CURRENT_TEST"}
     env = {k: v for k, v in os.environ.items() if k not in drop}
     if entry.library == "deepspeed":
         from oracle.compare.targets.deepspeed import default_extensions_dir
