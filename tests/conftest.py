@@ -10,6 +10,7 @@ Processes re-parented away from pytest are looked for by tests/test_hostile.py, 
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -35,13 +36,39 @@ def failing_report(tmp_path_factory):
     return folder, json.loads((folder / "report.json").read_text())
 
 
+def _group(item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    return None if marker is None else str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+
+
+def _scheduling_order(items) -> dict:
+    """item -> its place: grouped tests first, the largest group first (the mutation gate, the repro
+    scripts, the rank scenarios, the tamper sweeps: each minutes on one worker, so started early they
+    leave short tests to fill the end); tests that load DeepSpeed's ops last, within their group too:
+    CI builds the ops in the background while the rest runs (pytest_runtest_setup below waits for
+    them where a test needs one)."""
+    sizes: dict = {}
+    for item in items:
+        sizes[_group(item)] = sizes.get(_group(item), 0) + 1
+    order = {}
+    for index, item in enumerate(items):
+        group, deepspeed = _group(item), item.get_closest_marker("deepspeed_ops") is not None
+        order[item] = ((0, -sizes[group], group) if group is not None else (1 + deepspeed, 0, ""), deepspeed, index)
+    return order
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Make `--dist loadgroup` group again. pytest-xdist (3.8) marks an item's group by appending
+    """Order the items for the scheduler (_scheduling_order; a stable sort, the same on every worker:
+    pytest-xdist's loadgroup hands out groups and tests in the order collected).
+
+    Make `--dist loadgroup` group again. pytest-xdist (3.8) marks an item's group by appending
     "@group" to `item._nodeid`, and its scheduler sends every id with the same suffix to one
     worker; pytest 9 keeps the id in `item._id`, so the suffix was lost and each group's tests were
     scattered over the workers (the mutation gate, a session fixture, then ran once per worker).
     Where a grouped item's id lacks the suffix, add it the way xdist means to."""
+    order = _scheduling_order(items)
+    items.sort(key=order.__getitem__)
     if not getattr(config.option, "loadgroup", False):
         return
     from _pytest.nodeid import coerce_node_id
@@ -50,6 +77,22 @@ def pytest_collection_modifyitems(config, items):
                         for m in item.iter_markers("xdist_group")})
         if names and "@" not in item.nodeid and hasattr(item, "_id"):
             item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _deepspeed_ops_loaded() -> dict:
+    """Every DeepSpeed op built (or waited for, under fused.build_lock, while CI's background build holds
+    it) and loaded into this worker, before a test that needs one starts: a test's rank processes and
+    case runs have time limits that a build must not count against."""
+    from oracle.compare.targets import deepspeed as ds
+    if ds.deepspeed_unavailable():
+        return {}  # the tests say why they skip
+    return ds.build_ops()
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("deepspeed_ops"):
+        _deepspeed_ops_loaded()
 
 
 EXEMPT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")

@@ -81,6 +81,7 @@ print("stepped", p.detach()[0].item())
 """
 
 
+@pytest.mark.deepspeed_ops
 def test_a_deepspeed_target_makes_past_a_stale_lock(tmp_path):
     """A DeepSpeed target's make loads its op under build_lock before the optimizer's constructor asks
     DeepSpeed for it: a repro script killed at its timeout mid-load left torch's lock file in the shared

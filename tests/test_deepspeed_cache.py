@@ -3,6 +3,8 @@ what it builds and why (no deepspeed needed here)."""
 import json
 from pathlib import Path
 
+import pytest
+
 from oracle.compare.targets import deepspeed as dst
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +89,7 @@ def _run_ranks(world: int, tmp_path) -> tuple[list, dict]:
     return ["\n".join(ln for ln in out.splitlines() if ln[:2] in ("0 ", "1 ")) for out, _ in outs], env
 
 
+@pytest.mark.deepspeed_ops  # loads the ops: runs last (tests/conftest.py)
 def test_init_leaves_no_shm_buffer_behind(tmp_path):
     """DeepSpeed's CPU shm comm op creates a 67 MB /dev/shm buffer per rank and never unlinks it; a day
     of test runs left 20 GB of them. The buffer is created (the process maps it) and already unlinked."""
@@ -95,6 +98,7 @@ def test_init_leaves_no_shm_buffer_behind(tmp_path):
     assert out.split() == ["0", "mapped", "gone"], out
 
 
+@pytest.mark.deepspeed_ops  # loads the ops: runs last (tests/conftest.py)
 def test_two_ranks_map_each_others_buffers_and_leave_none(tmp_path):
     _shm_op_or_skip()
     outs, env = _run_ranks(2, tmp_path)
@@ -138,6 +142,7 @@ def refuse(*args, **kwargs):
 cpp_extension.load = refuse
 import torch
 from oracle.compare.optimizers.lion import deepspeed_lion_targets
+
 (target,) = deepspeed_lion_targets()
 p = torch.nn.Parameter(torch.ones(8))
 opt = target.make([{"params": [p]}], {"lr": 0.1})  # DeepSpeedCPULion asks DeepSpeed's builder for the op
@@ -147,6 +152,7 @@ print("stepped", p.detach()[0].item())
 """
 
 
+@pytest.mark.deepspeed_ops  # loads the ops: runs last (tests/conftest.py)
 def test_a_cached_op_is_imported_from_its_build_without_torchs_jit_load():
     """torch's JIT load runs ninja, which recompiles an op whose torch headers are newer than its
     objects: every op, in a fresh venv at the same path (CI's), 140 s for the five. A build stamped for

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 # gloo worlds on local ports, and one module-wide world-1 run: one xdist worker runs them all
-pytestmark = pytest.mark.xdist_group("ranks")
+pytestmark = [pytest.mark.xdist_group("ranks"), pytest.mark.deepspeed_ops]
 
 dst = pytest.importorskip("oracle.compare.targets.deepspeed")
 dst.configure_env()

@@ -20,6 +20,9 @@ if dst.deepspeed_unavailable():
 
 import torch  # noqa: E402
 
+# CI builds the ops in the background meanwhile: these run last, after the ops are loaded (tests/conftest.py)
+pytestmark = pytest.mark.deepspeed_ops
+
 TARGETS = {t.name: t for t in dst.deepspeed_targets()}
 STEPS = 3
 N = 45  # not a multiple of the SIMD block: exercises the vector body and the scalar tail

@@ -91,7 +91,9 @@ def run_script(argv: tuple, env: tuple) -> subprocess.CompletedProcess:
 
 # on one worker, so that entries sharing a script share its run (run_script)
 @pytest.mark.xdist_group("known_repro")
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.id)
+# DeepSpeed entries run last in the group, once the ops are loaded (tests/conftest.py)
+@pytest.mark.parametrize("entry", [pytest.param(e, marks=pytest.mark.deepspeed_ops) if e.library == "deepspeed" else e
+                                   for e in ENTRIES], ids=lambda e: e.id)
 def test_repro_still_reproduces_on_its_listed_versions(entry):
     """strict xfail for the evidence: where the entry applies, its script must still show the defect."""
     why = K.applies(entry, VERSIONS)

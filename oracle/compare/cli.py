@@ -122,12 +122,23 @@ def version_text() -> str:
     return f"optimizer-oracle {mine} (report schema {SCHEMA})"
 
 
+def probe_imports(specs: list, timeout: float) -> list:
+    """T.probe_import of each --impl at once, each in its own interpreter as before: a probe is mostly
+    waiting for its interpreter to import torch, and five in a row cost 6 s before any work."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import registry as T
+    if len(specs) < 2:
+        return [T.probe_import(spec, timeout) for spec in specs]
+    with ThreadPoolExecutor(max_workers=min(len(specs), 8)) as pool:
+        return list(pool.map(lambda spec: T.probe_import(spec, timeout), specs))
+
+
 def select_targets(args, optimizers, explicit_optimizer: bool):
     from . import registry as T
     from .targets.declare import with_inferred
     chosen = []
-    for spec in args.impl:
-        problem = T.probe_import(spec, min(args.timeout, IMPORT_TIMEOUT))
+    for spec, problem in zip(args.impl, probe_imports(args.impl, min(args.timeout, IMPORT_TIMEOUT))):
         if problem:
             raise UsageError(problem)
         try:
