@@ -10,6 +10,7 @@ Processes re-parented away from pytest are looked for by tests/test_hostile.py, 
 """
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import os
@@ -36,9 +37,11 @@ def failing_report(tmp_path_factory):
     return folder, json.loads((folder / "report.json").read_text())
 
 
-def _group(item) -> str | None:
-    marker = item.get_closest_marker("xdist_group")
-    return None if marker is None else str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+def _group(item) -> str:
+    """The item's xdist group as pytest-xdist names it ("" for none): its xdist_group names, sorted and
+    joined by "_"."""
+    return "_".join(sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")}))
 
 
 def _scheduling_order(items) -> dict:
@@ -47,13 +50,12 @@ def _scheduling_order(items) -> dict:
     leave short tests to fill the end); tests that load DeepSpeed's ops last, within their group too:
     CI builds the ops in the background while the rest runs (pytest_runtest_setup below waits for
     them where a test needs one)."""
-    sizes: dict = {}
-    for item in items:
-        sizes[_group(item)] = sizes.get(_group(item), 0) + 1
+    groups = {item: _group(item) for item in items}
+    sizes = collections.Counter(groups.values())
     order = {}
     for index, item in enumerate(items):
-        group, deepspeed = _group(item), item.get_closest_marker("deepspeed_ops") is not None
-        order[item] = ((0, -sizes[group], group) if group is not None else (1 + deepspeed, 0, ""), deepspeed, index)
+        group, deepspeed = groups[item], item.get_closest_marker("deepspeed_ops") is not None
+        order[item] = ((0, -sizes[group], group) if group else (1 + deepspeed, 0, ""), deepspeed, index)
     return order
 
 
@@ -73,10 +75,9 @@ def pytest_collection_modifyitems(config, items):
         return
     from _pytest.nodeid import coerce_node_id
     for item in items:
-        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                        for m in item.iter_markers("xdist_group")})
-        if names and "@" not in item.nodeid and hasattr(item, "_id"):
-            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
+        group = _group(item)
+        if group and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 @functools.lru_cache(maxsize=None)
