@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import sys
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -346,6 +348,36 @@ def _unaliased(new_params, new_state: OptState, params, state: OptState):
 # NumPy instead of 1.5x.
 SLICE = 16128
 
+# A sliced step's outputs (param and per-element state, 128 MB each at 16M elements) are fresh arrays,
+# and writing a fresh array page-faults it: about a third of a 16M-element Adam step, a cost the
+# in-place floor never pays. The last outputs are kept here and handed out again once nothing but
+# this list refers to them (the caller dropped them and every view of them, since a view holds its
+# base): their memory is then unreachable from outside, so reusing it cannot change what a caller
+# holds. Only arrays of RECYCLE_BYTES or more (below glibc's mmap threshold memory is reused anyway),
+# and at most SPARE_BYTES of them kept idle.
+RECYCLE_BYTES = 32 << 20
+SPARE_BYTES = 512 << 20
+_spares: list = []
+_spares_lock = threading.Lock()
+
+
+def _output(n: int) -> np.ndarray:
+    """An uninitialised float64 array of n elements: a spare no one else holds, or a new one."""
+    if n * 8 < RECYCLE_BYTES:
+        return np.empty(n)
+    with _spares_lock:
+        # free: the list's reference and getrefcount's argument are its only two
+        free = {id(_spares[i]) for i in range(len(_spares)) if sys.getrefcount(_spares[i]) == 2}
+        out = next((a for a in _spares if id(a) in free and a.size == n), None)
+        idle = [a for a in _spares if id(a) in free and a is not out]
+        while idle and sum(a.nbytes for a in idle) > SPARE_BYTES:  # the oldest idle ones are let go
+            idle.pop(0)
+        kept = {id(a) for a in idle}
+        _spares[:] = [a for a in _spares if id(a) not in free or id(a) in kept]
+        out = np.empty(n) if out is None else out
+        _spares.append(out)
+    return out
+
 
 def _sliced(update, p, grad, st: dict):
     """`update(p, grad, st) -> (p, st)` of an elementwise rule run slice by slice over the flattened
@@ -355,7 +387,7 @@ def _sliced(update, p, grad, st: dict):
     shape, n, size = np.shape(p), np.size(p), SLICE  # read at call time: a test or benchmark may set it
     flat = {key: np.ravel(v) for key, v in st.items() if np.shape(v) == shape}
     pf, gf = np.ravel(p), np.ravel(grad)
-    out_p, out_st = np.empty(n), {}
+    out_p, out_st = _output(n), {}
     for a in range(0, n, size):
         b = min(a + size, n)
         new_p, new_st = update(pf[a:b], gf[a:b], {**st, **{key: v[a:b] for key, v in flat.items()}})
@@ -363,7 +395,7 @@ def _sliced(update, p, grad, st: dict):
         for key, v in new_st.items():
             if np.shape(v) == (b - a,) and (key in flat or key not in st):
                 if key not in out_st:
-                    out_st[key] = np.empty(n)
+                    out_st[key] = _output(n)
                 out_st[key][a:b] = v
             else:
                 out_st[key] = v

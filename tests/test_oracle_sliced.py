@@ -1,6 +1,8 @@
 """An elementwise rule on a large param runs in cache-sized slices (oracle.common._sliced): the result
 must be the whole-array result bit for bit, for every optimizer, its state (per-element and per-param
 scalars) and counters included, and the caller's arrays must come back unshared."""
+import weakref
+
 import numpy as np
 import pytest
 
@@ -83,3 +85,42 @@ def test_results_never_share_the_callers_arrays():
         for key, v in new_st.params[0][1].items():
             if key != "step":
                 assert not np.may_share_memory(v, st.params[0][1][key])
+
+
+def test_recycled_outputs_never_touch_what_a_caller_holds(monkeypatch):
+    """Large outputs are recycled (oracle.common._output): an output the caller still holds, whole or
+    through a view, is never handed out again, and one it dropped is (the point of recycling)."""
+    monkeypatch.setattr(common, "SLICE", 64)
+    monkeypatch.setattr(common, "RECYCLE_BYTES", 0)
+    monkeypatch.setattr(common, "_spares", [])
+    rng = np.random.default_rng(3)
+    p = [[rng.standard_normal(1000)]]
+    state = OptState.empty(p)
+    held, snapshots, bases = [], [], []
+    for k in range(6):
+        new, state = oracle.step("adamw", p, [[rng.standard_normal(1000)]], state, [{}])
+        base = new[0][0].base  # _sliced's flat output; the param is a reshaped view of it
+        assert base is not None and not any(base is h.base or base is h for h in held)
+        bases.append(weakref.ref(base))
+        if k in (0, 2):  # keep two steps' params, once whole and once through a view
+            held.append(new[0][0] if k == 0 else new[0][0][10:20])
+            snapshots.append(held[-1].copy())
+        p, base = new, None
+    for h, s in zip(held, snapshots):
+        assert np.array_equal(h, s)
+    outputs = [ref() for ref in bases]
+    # a dropped param's array came back as a later step's param
+    assert len({id(b) for b in outputs}) < len(outputs)
+
+
+def test_recycling_keeps_the_result_bit_for_bit(monkeypatch):
+    monkeypatch.setattr(common, "SLICE", 64)
+    runs = []
+    for recycle in (0, 1 << 62):
+        monkeypatch.setattr(common, "RECYCLE_BYTES", recycle)
+        monkeypatch.setattr(common, "_spares", [])
+        runs.append(_run(oracle.SPECS["adamw"], 64, monkeypatch, steps=5))
+    (p1, s1), (p2, s2) = runs
+    assert all(np.array_equal(a, b) for a, b in zip(p1[0], p2[0]))
+    for sa, sb in zip(s1.params[0], s2.params[0]):
+        assert all(np.array_equal(sa[k], sb[k]) for k in sa)
