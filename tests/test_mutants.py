@@ -204,6 +204,19 @@ def test_an_undeclared_run_reuses_a_declared_row_only_when_judged_alike(monkeypa
         assert not K.judged_alike(replace(target, **{name: value}), target), name
 
 
+def test_an_undeclared_run_of_an_entry_without_a_class_reuses_the_declared_row(monkeypatch):
+    """A library's own target (a reference) or a wrapper has nothing to infer: undeclared, its cases are
+    the declared run's, so that row is taken as it is; without one, the cases run."""
+    entry = next(e for e in ENTRIES if e.kind == "reference" and not e.gpu_only)
+    assert entry.cls is None
+    monkeypatch.setattr(K, "undeclared_target", lambda *a: pytest.fail("nothing to infer"))
+    declared = K.Row(entry, verdict="known defect", cases=-7)
+    row = K.run_entry(entry, undeclared=True, declared_row=declared)
+    assert (row.cases, row.verdict, row.inferred) == (-7, "known defect", declared.inferred)
+    ran = K.run_entry(entry, undeclared=True, stop="killed", scenario_names=[])
+    assert ran.cases > 0
+
+
 def test_a_mutant_stops_early_with_the_verdict_of_a_full_run():
     """stop="expected" and stop="killed" (the gate fixtures above) change how many cases a mutant runs,
     never its verdict (test_gate_exit_status_follows_the_matrix runs this mutant in full); "expected"

@@ -207,7 +207,8 @@ def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=N
               undeclared: bool = False, declared_row: Row | None = None, stop: str = "never") -> Row:
     """`declared_row`: with `undeclared`, this entry's row from a declared run of the same device,
     seed, scenarios and steps; when inference settles on what the entry declares, the cases would
-    run exactly as they did there, so that row is reused (with what inference chose) instead.
+    run exactly as they did there, so that row is reused (with what inference chose) instead; so is
+    it where nothing is inferred (an entry without a class of its own, or a wrapper's).
     `stop`: see STOPS (a mutant's verdict is the same under each; its counts are complete only under "never")."""
     if stop not in STOPS:
         raise ValueError(f"stop must be one of {STOPS}, not {stop!r}")
@@ -228,6 +229,9 @@ def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=N
         target, row.inferred = undeclared_target(entry, device, seed)
         if declared_row is not None and judged_alike(target, entry.target()):
             return replace(declared_row, inferred=row.inferred, seconds=time.perf_counter() - t0)
+    elif declared_row is not None:
+        # nothing to infer (a library's own target, a wrapper): the cases are the declared run's
+        return replace(declared_row, seconds=time.perf_counter() - t0)
     for prefix, r in _results(entry, device, seed, scenario_names, steps, target, expected_first=stop == "expected"):
         row.cases += 1
         for name, c in r.checks.items():
