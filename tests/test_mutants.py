@@ -232,6 +232,7 @@ def test_a_mutant_stops_early_with_the_verdict_of_a_full_run():
     assert K.shows_expected(expected) and expected.cases < planned and killed.cases < planned
     assert expected.first_case.split("/")[3] == "empty_group"  # the cases that can show it ran first
     assert set(killed.caught.values()) == {1}  # stopped after the first failing case
+    assert killed.cases <= expected.cases  # which ran first, as under "expected"
     assert K.run_entry(control, scenario_names=[], stop="killed").cases == planned
     with pytest.raises(ValueError, match="stop must be one of"):
         K.run_entry(mutant, stop="sometimes")

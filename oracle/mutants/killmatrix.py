@@ -191,8 +191,10 @@ def shows_expected(row: Row) -> bool:
 
 
 # run_entry's `stop` for a mutant: "never" runs every case (the kill matrix's counts); "expected" runs the
-# cases that can show the expected finding first and stops once it is shown; "killed" stops at the first
-# failing check (a verdict only). A control or reference always runs every case: a false positive can be anywhere.
+# cases that can show the expected finding first and stops once it is shown; "killed" runs them first too
+# and stops at the first failing check (a verdict only: which check kills it first is not asked, and the
+# order of the cases cannot change whether one fails). A control or reference always runs every case: a
+# false positive can be anywhere.
 STOPS = ("never", "expected", "killed")
 
 
@@ -232,7 +234,7 @@ def run_entry(entry: Entry, device: str = "cpu", seed: int = 0, scenario_names=N
     elif declared_row is not None:
         # nothing to infer (a library's own target, a wrapper): the cases are the declared run's
         return replace(declared_row, seconds=time.perf_counter() - t0)
-    for prefix, r in _results(entry, device, seed, scenario_names, steps, target, expected_first=stop == "expected"):
+    for prefix, r in _results(entry, device, seed, scenario_names, steps, target, expected_first=stop != "never"):
         row.cases += 1
         for name, c in r.checks.items():
             if c.passed:
@@ -442,8 +444,8 @@ def parser():
                         "first (oracle.compare.inference.infer), as --impl does; a mutant inference explains is SURVIVED")
     p.add_argument("--stop", choices=STOPS, default="never",
                    help="how far a mutant runs: 'never' (default) runs every case (the kill matrix's counts), 'expected' "
-                        "runs the cases that can show its expected finding first and stops once shown, 'killed' stops at "
-                        "its first failing check; a control or reference always runs every case")
+                        "runs the cases that can show its expected finding first and stops once shown, 'killed' runs them "
+                        "first too and stops at its first failing check; a control or reference always runs every case")
     p.add_argument("--quiet", action="store_true")
     return p
 
