@@ -47,15 +47,20 @@ def _group(item) -> str:
 def _scheduling_order(items) -> dict:
     """item -> its place: grouped tests first, the largest group first (the mutation gate, the repro
     scripts, the rank scenarios, the tamper sweeps: each minutes on one worker, so started early they
-    leave short tests to fill the end); tests that load DeepSpeed's ops last, within their group too:
+    leave short tests to fill the end); tests that load DeepSpeed's ops last, a group of them only
+    (DeepSpeed's repro scripts) after the ungrouped tests, and within a mixed group too:
     CI builds the ops in the background while the rest runs (pytest_runtest_setup below waits for
     them where a test needs one)."""
     groups = {item: _group(item) for item in items}
     sizes = collections.Counter(groups.values())
+    deepspeed = {item: item.get_closest_marker("deepspeed_ops") is not None for item in items}
+    # a group of DeepSpeed tests only is scheduled with the ungrouped ones that load an op: last
+    not_deepspeed = {groups[item] for item in items if not deepspeed[item]}
     order = {}
     for index, item in enumerate(items):
-        group, deepspeed = groups[item], item.get_closest_marker("deepspeed_ops") is not None
-        order[item] = ((0, -sizes[group], group) if group else (1 + deepspeed, 0, ""), deepspeed, index)
+        group, ds = groups[item], deepspeed[item]
+        first = 2 if ds and group not in not_deepspeed else 1 + ds if not group else 0
+        order[item] = ((first, -sizes[group], group) if group else (first, 0, ""), ds, index)
     return order
 
 
