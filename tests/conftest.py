@@ -48,7 +48,9 @@ def _scheduling_order(items) -> dict:
     """item -> its place: grouped tests first, the largest group first (the mutation gate, the repro
     scripts, the rank scenarios, the tamper sweeps: each minutes on one worker, so started early they
     leave short tests to fill the end); tests that load DeepSpeed's ops last, a group of them only
-    (DeepSpeed's repro scripts) after the ungrouped tests, and within a mixed group too:
+    (DeepSpeed's repro scripts) after the ungrouped tests, and within a mixed group too. pytest-xdist
+    (3.8) then sorts its work units by size, largest first, so between units of different sizes (a
+    group and a single test) its order wins; this order holds within a group and among single tests:
     CI builds the ops in the background while the rest runs (pytest_runtest_setup below waits for
     them where a test needs one)."""
     groups = {item: _group(item) for item in items}
