@@ -48,11 +48,9 @@ def _scheduling_order(items) -> dict:
     """item -> its place: grouped tests first, the largest group first (the mutation gate, the repro
     scripts, the rank scenarios, the tamper sweeps: each minutes on one worker, so started early they
     leave short tests to fill the end); tests that load DeepSpeed's ops last, a group of them only
-    (DeepSpeed's repro scripts) after the ungrouped tests, and within a mixed group too. pytest-xdist
-    (3.8) then sorts its work units by size, largest first, so between units of different sizes (a
-    group and a single test) its order wins; this order holds within a group and among single tests:
-    CI builds the ops in the background while the rest runs (pytest_runtest_setup below waits for
-    them where a test needs one)."""
+    (DeepSpeed's repro scripts) after the ungrouped tests, and within a mixed group too: CI builds the
+    ops in the background while the rest runs (pytest_runtest_setup below waits for them where a test
+    needs one). pytest-xdist hands the work units out in this order (pytest_configure)."""
     groups = {item: _group(item) for item in items}
     sizes = collections.Counter(groups.values())
     deepspeed = {item: item.get_closest_marker("deepspeed_ops") is not None for item in items}
@@ -64,6 +62,15 @@ def _scheduling_order(items) -> dict:
         first = 2 if ds and group not in not_deepspeed else 1 + ds if not group else 0
         order[item] = ((first, -sizes[group], group) if group else (first, 0, ""), ds, index)
     return order
+
+
+def pytest_configure(config):
+    """pytest-xdist (3.8) sorts its work units by size, largest first, unless told not to: the
+    DeepSpeed repro group (25 tests, 45 s) then started early and its worker waited in setup for the
+    background op build (345 s of a loaded CI run). The order _scheduling_order gives is already
+    largest group first, so xdist keeps it."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(trylast=True)

@@ -91,9 +91,8 @@ def run_script(argv: tuple, env: tuple) -> subprocess.CompletedProcess:
 
 # Entries sharing a script share its run (run_script) on one worker: a group per kind. Scripts are
 # per library, so DeepSpeed's entries share only among themselves, and the two groups run on two
-# workers. tests/conftest.py orders the DeepSpeed group last, but pytest-xdist's loadgroup hands out
-# larger work units first whatever the order (it sorts them by size), so this group of 25 still starts
-# early and its worker waits in setup for the background op build (345 s of a loaded CI run).
+# workers; tests/conftest.py hands the DeepSpeed group out after the ungrouped tests, once CI's
+# background op build has had its time.
 @pytest.mark.parametrize("entry", [pytest.param(e, marks=[pytest.mark.deepspeed_ops, pytest.mark.xdist_group("known_repro_deepspeed")])
                                    if e.library == "deepspeed" else pytest.param(e, marks=pytest.mark.xdist_group("known_repro"))
                                    for e in ENTRIES], ids=lambda e: e.id)
