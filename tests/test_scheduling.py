@@ -32,3 +32,15 @@ def test_deepspeed_only_groups_run_after_the_ungrouped_tests():
     names = [i.name for i in sorted(items, key=order.__getitem__)]
     assert names == ["big_1", "big_2", "big_3", "mixed_1", "mixed_ds", "plain", "plain_2",
                      "ds_repro_1", "ds_repro_2", "ds_plain"]
+
+
+def test_xdist_keeps_this_order_rather_than_sorting_units_by_size():
+    """pytest-xdist's own size sort would start the 25-test DeepSpeed group before the single tests."""
+    from types import SimpleNamespace
+
+    from tests.conftest import pytest_configure
+    config = SimpleNamespace(option=SimpleNamespace(loadscopereorder=True))
+    pytest_configure(config)
+    assert config.option.loadscopereorder is False
+    pytest_configure(SimpleNamespace(option=SimpleNamespace()))  # without pytest-xdist: nothing to turn off
+
