@@ -361,21 +361,35 @@ _spares: list = []
 _spares_lock = threading.Lock()
 
 
+def _loop_refs() -> int:
+    """What getrefcount reports in _output's loop for an array that only the list holds: 3 on CPython
+    3.11 (the list's reference, the loop variable's, the argument's); measured, not assumed, since an
+    interpreter that borrows references reports fewer, and a held array must never look free."""
+    probe = [np.empty(0)]
+    for a in reversed(probe):
+        return sys.getrefcount(a)
+
+
+_FREE_REFS = _loop_refs()
+
+
 def _output(n: int) -> np.ndarray:
     """An uninitialised float64 array of n elements: a spare no one else holds, or a new one."""
     if n * 8 < RECYCLE_BYTES:
         return np.empty(n)
     with _spares_lock:
-        # free: the list's reference and getrefcount's argument are its only two
-        free = {id(_spares[i]) for i in range(len(_spares)) if sys.getrefcount(_spares[i]) == 2}
-        out = next((a for a in _spares if id(a) in free and a.size == n), None)
-        idle = [a for a in _spares if id(a) in free and a is not out]
-        while idle and sum(a.nbytes for a in idle) > SPARE_BYTES:  # the oldest idle ones are let go
-            idle.pop(0)
-        kept = {id(a) for a in idle}
-        _spares[:] = [a for a in _spares if id(a) not in free or id(a) in kept]
+        out, kept, idle_bytes = None, [], 0
+        for a in reversed(_spares):  # newest first: the oldest idle ones are let go
+            if sys.getrefcount(a) <= _FREE_REFS:  # no one else holds it
+                if out is None and a.size == n:
+                    out = a
+                    continue
+                if idle_bytes + a.nbytes > SPARE_BYTES:
+                    continue
+                idle_bytes += a.nbytes
+            kept.append(a)
         out = np.empty(n) if out is None else out
-        _spares.append(out)
+        _spares[:] = [*reversed(kept), out]
     return out
 
 

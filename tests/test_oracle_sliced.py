@@ -124,3 +124,18 @@ def test_recycling_keeps_the_result_bit_for_bit(monkeypatch):
     assert all(np.array_equal(a, b) for a, b in zip(p1[0], p2[0]))
     for sa, sb in zip(s1.params[0], s2.params[0]):
         assert all(np.array_equal(sa[k], sb[k]) for k in sa)
+
+
+def test_idle_spares_are_capped_and_the_oldest_let_go(monkeypatch):
+    """At most SPARE_BYTES of dropped outputs are kept idle, the newest; a held one is always kept
+    (it is in use, not idle), and a dropped one of the asked size is handed out again."""
+    monkeypatch.setattr(common, "RECYCLE_BYTES", 0)
+    monkeypatch.setattr(common, "SPARE_BYTES", 2 * 100 * 8)
+    monkeypatch.setattr(common, "_spares", [])
+    held = common._output(100)
+    a, b, c = (common._output(100) for _ in range(3))  # held at once: three new arrays, oldest first
+    ids = [id(a), id(b), id(c)]
+    del a, b, c
+    other = common._output(50)  # no spare of that size: a new one; of the three idle, the oldest goes
+    assert [id(x) for x in common._spares] == [id(held), ids[1], ids[2], id(other)]
+    assert id(common._output(100)) == ids[2]
