@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-# gloo worlds on local ports, and one module-wide world-1 run: one xdist worker runs them all
-pytestmark = [pytest.mark.xdist_group("ranks"), pytest.mark.deepspeed_ops]
+# gloo worlds on local ports, and one module-wide world-1 run: one xdist worker runs them all. A group
+# of its own, of DeepSpeed tests only, so it is handed out after the ungrouped tests (tests/conftest.py),
+# once CI's background op build is done; inside the "ranks" group it waited for the build (229 s of a
+# loaded CI). Ports are free ones (isolation.ranks.free_port), as for the ungrouped main-job runs whose
+# rank scenarios already overlap the "ranks" group.
+pytestmark = [pytest.mark.xdist_group("ranks_deepspeed"), pytest.mark.deepspeed_ops]
 
 dst = pytest.importorskip("oracle.compare.targets.deepspeed")
 dst.configure_env()
