@@ -80,6 +80,14 @@ def main(argv=None) -> int:
     ap.add_argument("--recycle-bytes", type=int, default=None, help="oracle.common.RECYCLE_BYTES")
     ap.add_argument("--out", help="write the medians and ratios as JSON")
     args = ap.parse_args(argv)
+    kept = oracle.common.SLICE, oracle.common.RECYCLE_BYTES
+    try:  # called as a function (tests/test_bench_oracle.py), it leaves the settings as it found them
+        return _run(args, argv)
+    finally:
+        oracle.common.SLICE, oracle.common.RECYCLE_BYTES = kept
+
+
+def _run(args, argv) -> int:
     if args.slice is not None:
         oracle.common.SLICE = args.slice or 1 << 62
     if args.recycle_bytes is not None:

@@ -54,12 +54,16 @@ def _scheduling_order(items) -> dict:
     groups = {item: _group(item) for item in items}
     sizes = collections.Counter(groups.values())
     deepspeed = {item: item.get_closest_marker("deepspeed_ops") is not None for item in items}
-    # a group of DeepSpeed tests only is scheduled with the ungrouped ones that load an op: last
-    not_deepspeed = {groups[item] for item in items if not deepspeed[item]}
+    with_plain_tests = {groups[item] for item in items if not deepspeed[item]}
     order = {}
     for index, item in enumerate(items):
         group, ds = groups[item], deepspeed[item]
-        first = 2 if ds and group not in not_deepspeed else 1 + ds if not group else 0
+        if not group:
+            first = 1 + ds  # single tests, those that load an op after the rest
+        elif group in with_plain_tests:
+            first = 0       # groups first, largest first
+        else:
+            first = 2       # a group of DeepSpeed tests only: with the single tests that load an op
         order[item] = ((first, -sizes[group], group) if group else (first, 0, ""), ds, index)
     return order
 
