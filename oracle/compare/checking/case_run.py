@@ -24,7 +24,7 @@ from oracle.storage import quantum, round_to
 from . import cases as C
 from .bitwise import compare_bits, state_bits
 from ..measuring.phases import phase
-from ..measuring.checks import FAILING, STATUSES, CheckResult, Finding, coarser, compare_tensor  # noqa: F401
+from ..measuring.checks import FAILING, STATUSES, CheckResult, Finding, coarser, compare_tensor, compare_tensors  # noqa: F401
 from ..measuring.errmodel import Bounded, as_bounded, unit_roundoff
 from .guards import allocate
 from .hazards import case_hazards
@@ -219,15 +219,17 @@ def trajectory_store(params, state: OptState, snap: Snapshot, compute: str):
 
 def check_trajectory(res: CheckResult, k, traj_params, traj_state, snap: Snapshot, old_params) -> None:
     got = math_params(snap)
+    batch = []  # one elementwise pass for the step (compare_tensors)
     for g, group in enumerate(traj_params):
         for i, p in enumerate(group):
             key = "master_param" if "master_param" in snap.state[g][i] else "param"
-            compare_tensor(res, k, f"group {g} param {i} {'master' if key != 'param' else 'param'}", p.v, got[g][i],
-                           old_params[g][i], 2.0 * p.e, snap.dtypes[g][i][key])
+            batch.append((f"group {g} param {i} {'master' if key != 'param' else 'param'}", p.v, got[g][i],
+                          old_params[g][i], 2.0 * p.e, snap.dtypes[g][i][key], True))
             for skey, v in traj_state.params[g][i].items():
                 if skey != "step" and skey in snap.state[g][i]:
-                    compare_tensor(res, k, f"group {g} param {i} {skey}", v.v, snap.state[g][i][skey],
-                                   np.zeros_like(v.v), 2.0 * v.e, ulp_dtype(snap.dtypes[g][i][skey]))
+                    batch.append((f"group {g} param {i} {skey}", v.v, snap.state[g][i][skey], np.zeros_like(v.v),
+                                  2.0 * v.e, ulp_dtype(snap.dtypes[g][i][skey]), True))
+    compare_tensors(res, k, batch)
 
 
 class Trajectory:

@@ -24,7 +24,7 @@ from oracle.common import GradScaling, OptState
 from oracle.storage import round_to
 
 from ..measuring.phases import phase
-from ..measuring.checks import REORDER_FACTOR, CheckResult, Finding, coarser, compare_exact, compare_tensor, tolerance
+from ..measuring.checks import REORDER_FACTOR, CheckResult, Finding, coarser, compare_exact, compare_tensors, tolerance
 from ..measuring.errmodel import Bounded, as_bounded, unit_roundoff
 from .finite import check_finite, culprit
 from ..measuring.quantized_state import compare_quantized, is_quantized
@@ -156,6 +156,14 @@ class Lockstep:
 
     def compare(self, k, before: Snapshot, after: Snapshot, expected: dict) -> None:
         got_params, old_params = math_params(after), math_params(before)
+        # value comparisons are batched (compare_tensors: one elementwise pass for the step); the batch is
+        # compared before anything else records a finding, so every CheckResult sees the same order
+        batch: list = []
+
+        def flush():
+            compare_tensors(self.values, k, batch)
+            batch.clear()
+
         for g, row in enumerate(self.computes(after)):
             for i, compute in enumerate(row):
                 exp_params, exp_state = expected[compute]
@@ -164,28 +172,32 @@ class Lockstep:
                 storage = after.dtypes[g][i]["master_param" if master else "param"]
                 name = f"{self.label}group {g} param {i}"
                 if self.target.rounding == "stochastic" and not master and coarser(storage, compute):
+                    flush()
                     self.compare_stochastic(k, f"{name} param", ep, got_params[g][i], old_params[g][i], storage, compute)
                 else:
-                    compare_tensor(self.values, k, f"{name} {'master' if master else 'param'}", ep.v,
-                                   got_params[g][i], old_params[g][i], tolerance(ep.e, ep.v, storage, compute), storage)
+                    batch.append((f"{name} {'master' if master else 'param'}", ep.v, got_params[g][i],
+                                  old_params[g][i], tolerance(ep.e, ep.v, storage, compute), storage, True))
                 if master:
                     rounded = round_to(after.state[g][i]["master_param"], after.dtypes[g][i]["param"])
-                    compare_tensor(self.values, k, f"{name} param (= master rounded)", rounded, after.params[g][i],
-                                   before.params[g][i], 0.0, after.dtypes[g][i]["param"], power=False)
+                    batch.append((f"{name} param (= master rounded)", rounded, after.params[g][i],
+                                  before.params[g][i], 0.0, after.dtypes[g][i]["param"], False))
                 for key, ev in exp_state.params[g][i].items():
                     if key == "step":
                         continue
                     if key not in after.state[g][i]:
+                        flush()
                         self.schema.fail(Finding(self.schema.check, k, f"{name} {key}", detail="state entry missing"))
                         continue
                     st_dtype = after.dtypes[g][i][key]
                     ev = as_bounded(ev, compute)
                     old = before.state[g][i].get(key, np.zeros_like(ev.v))
                     if is_quantized(st_dtype):
+                        flush()
                         compare_quantized(self.quantized, k, f"{name} {key}", ev, after.quant[g][i][key], old)
                         continue
-                    compare_tensor(self.values, k, f"{name} {key}", ev.v, after.state[g][i][key], old,
-                                   tolerance(ev.e, ev.v, st_dtype, compute), st_dtype)
+                    batch.append((f"{name} {key}", ev.v, after.state[g][i][key], old,
+                                  tolerance(ev.e, ev.v, st_dtype, compute), st_dtype, True))
+        flush()
 
     def compare_stochastic(self, k, tensor: str, ep: Bounded, got, old, storage: str, compute: str) -> None:
         """A stochastically rounded param: a neighbour of a value within the compute bound (no store

@@ -106,17 +106,26 @@ class CheckResult:
         error in ULPs (finite-bound elements only)."""
         if step is None:
             return
+        self.record_worst(step, ratio, error_ulps, bound_ulps)
+        self.count_errors(step, errors_ulps)
+
+    def record_worst(self, step, ratio: float, error_ulps: float, bound_ulps: float) -> None:
+        """record's first half: the step's worst element; a step seen for the first time takes a histogram
+        row, and only the worst step's row is kept besides it."""
         if step not in self.series or ratio > self.series[step][0]:
             self.series[step] = [ratio, error_ulps, bound_ulps]
-        if step not in self.histogram:  # keep the worst step's counts and this one's only
+        if step not in self.histogram:
             worst = self.worst_step()
             self.histogram = {k: v for k, v in self.histogram.items() if k == worst}
             self.histogram[step] = [0] * (len(HIST_EDGES) + 1)
+
+    def count_errors(self, step, errors_ulps) -> None:
+        """record's second half: per-element errors (ULPs) added to the step's histogram row."""
         errors = np.asarray(errors_ulps, dtype=np.float64).ravel()
         bins = np.searchsorted(_EDGES, np.where(np.isnan(errors), np.inf, errors), side="right")
         bins[errors == 0] = 0
         added = np.bincount(bins, minlength=len(HIST_EDGES) + 1)
-        self.histogram[step] = [a + int(b) for a, b in zip(self.histogram[step], added)]
+        self.histogram[step] = (np.asarray(self.histogram[step]) + added).tolist()
 
     def merge_measures(self, other: "CheckResult", step_offset: int = 0) -> None:
         """Take another CheckResult's worst element, series and histogram (scenarios merging ranks)."""
@@ -145,13 +154,63 @@ def compare_tensor(result: CheckResult, step, tensor: str, expected, got, old, t
                    power: bool = True) -> None:
     """Elementwise |got - expected| <= tol; records worst ratio, detection power
     (min tol/|expected - old|) and the worst failing element."""
-    expected, got, old = (np.asarray(x, dtype=np.float64) for x in (expected, got, old))
-    if expected.shape != got.shape:
-        result.fail(Finding(result.check, step, tensor, detail=f"shape {got.shape}, expected {expected.shape}"))
-        return
-    if expected.size == 0:
-        return
-    tol = np.broadcast_to(np.asarray(tol, dtype=np.float64), expected.shape)
+    compare_tensors(result, step, [(tensor, expected, got, old, tol, storage, power)])
+
+
+@dataclass
+class _Segment:
+    """One tensor of compare_tensors: its place in the concatenation and what its records need."""
+
+    tensor: str
+    shape: tuple
+    start: int
+    stop: int
+    storage: str
+    power: bool
+
+
+def compare_tensors(result: CheckResult, step, items) -> None:
+    """compare_tensor over several tensors, items = [(tensor, expected, got, old, tol, storage, power)]:
+    the same effect on `result` as comparing them one by one in order (the same findings in the same
+    order, worst element, detection power, series and histogram), with the elementwise work done once
+    over all of them concatenated. A step's params and state are small tensors, so comparing costs per
+    NumPy call rather than per element: one pass instead of one per tensor."""
+    order: list = []  # per item in order: a shape Finding, or its segment's index in `segments`
+    segments: list[_Segment] = []
+    parts: tuple[list, list, list, list] = ([], [], [], [])
+    n = 0
+    for tensor, expected, got, old, tol, storage, power in items:
+        expected, got, old = (np.asarray(x, dtype=np.float64) for x in (expected, got, old))
+        if expected.shape != got.shape:
+            order.append(Finding(result.check, step, tensor, detail=f"shape {got.shape}, expected {expected.shape}"))
+            continue
+        if expected.size == 0:
+            continue
+        tol = np.asarray(tol, dtype=np.float64)
+        for part, x in zip(parts, (expected, got, old, tol)):
+            part.append((x if x.shape == expected.shape else np.broadcast_to(x, expected.shape)).ravel())
+        order.append(len(segments))
+        segments.append(_Segment(tensor, expected.shape, n, n + expected.size, storage, power))
+        n += expected.size
+    m = _measure(*(p[0] if len(p) == 1 else np.concatenate(p) for p in parts), segments) if segments else None
+    for item in order:
+        if isinstance(item, Finding):
+            result.fail(item)
+        else:
+            _record_segment(result, step, segments[item], m)
+    if m is not None:
+        result.unbounded += m["unbounded"]
+        result.compared += n - m["unbounded"]
+        if m["power"] is not None:
+            result.power = min(result.power, m["power"])
+        if step is not None:
+            result.count_errors(step, m["errors"] if m["every_bounded"] else m["errors"][m["bounded"]])
+
+
+def _measure(expected, got, old, tol, segments: list[_Segment]) -> dict:
+    """The elementwise part of compare_tensors on flat, concatenated arrays: each element's error/bound
+    ratio (0 where equal or unbounded, inf where non-finite and unequal), its error in ULPs of its
+    tensor's storage at the operand magnitude, and the detection power over the tensors that count it."""
     bounded = np.isfinite(tol)
     every_bounded = bool(bounded.all())
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -164,30 +223,45 @@ def compare_tensor(result: CheckResult, step, tensor: str, expected, got, old, t
         ratio[np.isnan(ratio)] = np.inf
         if not every_bounded:
             ratio[~bounded] = 0.0  # no bound derivable: not compared, counted
-    unbounded = 0 if every_bounded else int(np.sum(~bounded))
-    result.unbounded += unbounded
-    result.compared += expected.size - unbounded
-    if power:  # exact identities (param = rounded master) say nothing about update errors
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        power = None
+        if any(s.power for s in segments):  # exact identities (param = rounded master) say nothing about update errors
             delta = np.abs(expected - old)
             power_at = np.where((delta > 0) & np.isfinite(delta), tol / delta, np.inf)
-        result.power = min(result.power, float(np.min(power_at)))
-    flat = int(np.argmax(ratio))
-    idx = np.unravel_index(flat, expected.shape)
-    worst = float(ratio[idx])
-    q = quantum(np.maximum(np.abs(old), np.abs(expected)), storage)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            for s in segments:
+                if not s.power:
+                    power_at[s.start:s.stop] = np.inf
+            power = float(np.min(power_at))
+        scale = np.maximum(np.abs(old), np.abs(expected))
+        storages = {s.storage for s in segments}
+        if len(storages) == 1:
+            q = quantum(scale, segments[0].storage)
+        else:
+            q = np.empty_like(scale)
+            for s in segments:
+                q[s.start:s.stop] = quantum(scale[s.start:s.stop], s.storage)
         errors = np.where(same, 0.0, diff / q)  # = scaled_ulps, for every element at once
     errors[np.isnan(errors)] = np.inf
-    err_ulps, bound_ulps = float(errors[idx]), float(tol[idx] / q[idx])
+    return {"expected": expected, "got": got, "tol": tol, "ratio": ratio, "q": q, "errors": errors,
+            "bounded": bounded, "every_bounded": every_bounded, "power": power,
+            "unbounded": 0 if every_bounded else int(np.sum(~bounded))}
+
+
+def _record_segment(result: CheckResult, step, s: _Segment, m: dict) -> None:
+    """One tensor's worst element, series point and finding (compare_tensor's per-tensor part)."""
+    ratio = m["ratio"][s.start:s.stop]
+    flat = int(np.argmax(ratio))
+    at = s.start + flat
+    worst = float(ratio[flat])
+    err_ulps, bound_ulps = float(m["errors"][at]), float(m["tol"][at] / m["q"][at])
     if worst >= result.worst_ratio:
         result.worst_ratio, result.worst_error, result.worst_bound = worst, err_ulps, bound_ulps
-    result.record(step, worst, err_ulps, bound_ulps, errors if every_bounded else errors[bounded])
+    if step is not None:
+        result.record_worst(step, worst, err_ulps, bound_ulps)
     if worst > 1.0:
+        idx = np.unravel_index(flat, s.shape)
         result.fail(Finding(
-            result.check, step, tensor, tuple(int(i) for i in idx), float(expected[idx]), float(got[idx]),
-            err_ulps, bound_ulps,
-            f"{int(np.sum(ratio > 1))} of {expected.size} elements out of bound"))
+            result.check, step, s.tensor, tuple(int(i) for i in idx), float(m["expected"][at]), float(m["got"][at]),
+            err_ulps, bound_ulps, f"{int(np.sum(ratio > 1))} of {s.stop - s.start} elements out of bound"))
 
 
 def compare_exact(result: CheckResult, step, tensor: str, expected, got, detail: str = "") -> None:
