@@ -432,8 +432,10 @@ def drive(params, grads, state, hparams, counter, scaling, update, counter_forma
     counter_format: how the counter is stored (COUNTER_FORMATS); a float32
     or bfloat16 counter stops at its saturation point.
     found_inf skips everything, counters included.
-    elementwise: the rule computes each element from that element alone (no norm, no reduction):
-    a large plain-float64 param then runs in cache-sized slices (_sliced), same result.
+    elementwise: the rule computes each element from that element alone (no norm, no reduction, and
+    nothing of `i`, the param's place): a large plain-float64 param then runs in cache-sized slices
+    (_sliced), and a group's error-carrying params run in one call over their concatenation (_joined);
+    the same result either way.
     """
     check_counter(counter, counter_format)
     check_structure(params, grads, state, hparams)
@@ -447,6 +449,7 @@ def drive(params, grads, state, hparams, counter, scaling, update, counter_forma
     for g, group in enumerate(new_params):
         if counter == "group":
             new_state.group_step[g] = next_count(new_state.group_step[g], counter_format)
+        joinable: dict = {}  # join key -> [(i, grad, t)]: error-carrying params run in one call (_joined)
         for i, p in enumerate(group):
             grad = grads[g][i]
             if grad is None:
@@ -457,12 +460,74 @@ def drive(params, grads, state, hparams, counter, scaling, update, counter_forma
             t = {"group": new_state.group_step[g], "param": st.get("step"), "none": None}[counter]
             grad = as_float64_named(f"group {g} param {i}: grad", grad)
             scaled = grad * inv_scale if inv_scale != 1.0 else grad
-            if elementwise and _plain(p, scaled, *st.values()) and np.size(p) > SLICE:
+            key = _join_key(p, scaled, st, t) if elementwise else None
+            if key is not None:
+                joinable.setdefault(key, []).append((i, scaled, t))
+            elif elementwise and _plain(p, scaled, *st.values()) and np.size(p) > SLICE:
                 rule = lambda p_, g_, st_, g=g, i=i, t=t: update(g, i, p_, g_, st_, t)  # noqa: E731
                 new_params[g][i], new_state.params[g][i] = _sliced(rule, p, scaled, st)
             else:
                 new_params[g][i], new_state.params[g][i] = update(g, i, p, scaled, st, t)
+        for members in joinable.values():
+            _joined(update, g, members, new_params[g], new_state.params[g])
     return _unaliased(new_params, new_state, params, state)
+
+
+def _joins(x) -> bool:
+    """x is an array type that concatenates (oracle.compare.measuring.errmodel.Bounded: joined, piece,
+    join_key)."""
+    return hasattr(type(x), "joined")
+
+
+def _join_key(p, grad, st: dict, t):
+    """What the params of one group that run in one call must share (None: this one runs alone): the
+    counter, the format attributes of the param, the grad and each param-shaped state entry (error-
+    carrying arrays all), and any other state entry as a plain number of equal value."""
+    shape = np.shape(p)
+    if not (_joins(p) and _joins(grad)) or np.shape(grad) != shape or math.prod(shape) == 0:
+        return None
+    entries = []
+    for key, v in st.items():
+        if _joins(v) and np.shape(v) == shape:
+            entries.append((key, v.join_key()))
+        elif type(v) in (int, float):
+            entries.append((key, "number", v))
+        else:
+            return None  # a per-param scalar array (NAdam's mu_product): not shared, so never joined
+    return (t, p.join_key(), grad.join_key(), tuple(entries))
+
+
+def _joined(update, g: int, members: list, params: list, states: list) -> None:
+    """An elementwise rule on error-carrying params run once over their concatenation, the results
+    split back per param. Every operation is per element, so each element's value and bound are the
+    ones its own call computes, bit for bit (tests/test_oracle_joined.py); the cost of the error model
+    is per NumPy call, so a step of k small params costs about one param's. One member, or results
+    that do not split (a state entry not shaped like the concatenation), run param by param."""
+    def alone():
+        for i, grad, t in members:
+            params[i], states[i] = update(g, i, params[i], grad, states[i], t)
+
+    if len(members) < 2:
+        return alone()
+    i0, _, t = members[0]
+    sizes = [math.prod(np.shape(params[i])) for i, _, _ in members]
+    n = sum(sizes)
+    kind = type(params[i0])
+    st0 = states[i0]
+    joined_st = {key: (kind.joined([states[i][key] for i, _, _ in members]) if _joins(v) else v)
+                 for key, v in st0.items()}
+    new_p, new_st = update(g, i0, kind.joined([params[i] for i, _, _ in members]),
+                           kind.joined([grad for _, grad, _ in members]), joined_st, t)
+    shared = {key for key, v in new_st.items() if not (_joins(v) and np.shape(v) == (n,))}
+    if not (_joins(new_p) and np.shape(new_p) == (n,)) or any(
+            type(new_st[key]) not in (int, float) for key in shared):
+        return alone()
+    a = 0
+    for (i, _, _), size in zip(members, sizes):
+        shape = np.shape(params[i])
+        params[i] = new_p.piece(a, a + size, shape)
+        states[i] = {key: (v if key in shared else v.piece(a, a + size, shape)) for key, v in new_st.items()}
+        a += size
 
 
 # --- complex params ---------------------------------------------------------------------------------

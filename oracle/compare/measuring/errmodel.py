@@ -144,6 +144,23 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
     def copy(self):
         return Bounded(self.v.copy(), self.e.copy(), self.u, self.eta, self.state_u, self.store_u)
 
+    # --- joining (oracle.common.drive runs an elementwise rule once over a group's params)
+    def join_key(self) -> tuple:
+        """What values joined into one array must share: every attribute besides the elements."""
+        return (self.u, self.eta, self.state_u, self.store_u)
+
+    @classmethod
+    def joined(cls, parts: list) -> "Bounded":
+        """The parts (equal join_key) flattened and concatenated: values and errors alike."""
+        first = parts[0]
+        return Bounded(np.concatenate([np.ravel(x.v) for x in parts]), np.concatenate([np.ravel(x.e) for x in parts]),
+                       first.u, first.eta, first.state_u, first.store_u)
+
+    def piece(self, a: int, b: int, shape) -> "Bounded":
+        """Elements a:b of a joined (flat) value, shaped back into one part's shape."""
+        return Bounded(self.v[a:b].reshape(shape), self.e[a:b].reshape(shape), self.u, self.eta, self.state_u,
+                       self.store_u)
+
 
 # Scalars lifted to Bounded, shared (no rule changes an operand; each returns a new Bounded).
 _LIFTED: dict = {}
@@ -161,8 +178,13 @@ def _new(v, e, u: float, eta: float) -> Bounded:
 
 
 def _exact_zero(a):
-    """Elements that are exactly 0 with no error: an input or result held exactly."""
-    return (a.v == 0) & (a.e == 0)
+    """Elements that are exactly 0 with no error: an input or result held exactly. Kept on the value
+    (None: which ones not yet known), since a value is an operand more than once (a lifted scalar:
+    in every step); its .v and .e are never changed in place, only replaced (_keep_exact_zeros)."""
+    zero = getattr(a, "_zero", None)
+    if zero is None:
+        zero = a._zero = (a.v == 0) & (a.e == 0)
+    return zero
 
 
 def _keep_exact_zeros(r, where):
@@ -172,6 +194,7 @@ def _keep_exact_zeros(r, where):
     so sign(0) = 0 and copysign(1, +0) = +1 were both accepted."""
     if np.any(where):
         r.e = np.where(where, 0.0, r.e)
+        r._zero = None
     return r
 
 
