@@ -9,8 +9,8 @@ report.json document.
 - per failing case (grouped by target; new failures first, the first OPEN_CASES of them open, known
   ones closed; the most severe first): the failure line, the repro command with a copy button, and
   what its *failing* checks show: error and bound versus step and a histogram of the per-element error
-  in ULPs at the worst step where they recorded a series (matplotlib SVG; the first PLOT_CASES failing
-  cases), where and when otherwise (a non-finite value, a write outside a view: the first finding);
+  in ULPs at the worst step where they recorded a series (inline SVG, oracle.compare.reporting.plots; the first
+  PLOT_CASES failing cases), where and when otherwise (a non-finite value, a write outside a view: the first finding);
   then the findings table;
 - known findings (the entries this run exercised first, the rest in one closed line), hazards, the
   summary table, notes and tracebacks, each in its own section.
@@ -21,12 +21,11 @@ the file from a report.json (an older report without per-step data gets no plots
 from __future__ import annotations
 
 import html
-import io
 import math
-import re
 from collections import defaultdict
 from ..measuring.checks import FAILING
 from ..checking.known import any_glob
+from .plots import histogram_plot, series_plot
 
 PLOT_CASES = 60          # failing cases that get plots (the rest: findings, repro; data in report.json)
 MATRIX_CHECKS = ("lockstep", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
@@ -228,57 +227,6 @@ def grid_cell(target: str, col: tuple, c) -> str:
 
 # --- plots -------------------------------------------------------------------------------------
 
-def _svg(fig, prefix: str) -> str:
-    """The figure as an inline <svg>: ids made unique per figure (several share one document), ids
-    nobody references dropped, metadata, comments and indentation removed, attribute numbers
-    rounded to 2 decimals (text content is left alone)."""
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    text = buf.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r"<metadata>.*?</metadata>|<!--.*?-->", "", text, flags=re.S)
-    used = set(re.findall(r"#([A-Za-z_][\w.-]*)\)", text)) | set(re.findall(r'href="#([^"]+)"', text))
-    text = re.sub(r' id="([^"]+)"', lambda m: f' id="{prefix}{m.group(1)}"' if m.group(1) in used else "", text)
-    text = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}{m.group(1)})", text)
-    text = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{prefix}{m.group(1)}"', text)
-    text = re.sub(r"font-family: [^;\"]+", "font-family: sans-serif", text)
-
-    def attr(m):
-        return m.group(1) + re.sub(r"(\d+\.\d)\d+", r"\1", m.group(2)) + '"'
-    text = re.sub(r' transform="rotate\(-?0 [^"]*\)"', "", text)
-    text = re.sub(r'( (?:d|x|y|transform|width|height|viewBox|points)=")([^"]*)"', attr, text)
-    text = re.sub(r">\s+<", "><", re.sub(r"\n\s*", " ", text)).strip()
-    while True:  # a <g> without attributes groups nothing: keep its children only
-        flat = re.sub(r"<g>((?:(?!<g[ >]|</g>).)*)</g>", r"\1", text, flags=re.S)
-        if flat == text:
-            return text
-        text = flat
-
-
-def _figure(width=4.6, height=2.5):
-    import matplotlib
-    from matplotlib.figure import Figure
-    matplotlib.rcParams["svg.fonttype"] = "none"   # text as text: smaller, selectable
-    matplotlib.rcParams["svg.hashsalt"] = "oracle"  # deterministic ids
-    fig = Figure(figsize=(width, height))
-    # a fixed layout and plain tick labels: one drawing pass, no mathtext (automatic layouts draw twice)
-    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.22, top=0.84)
-    return fig, fig.add_subplot()
-
-
-def _tick(v, _pos=None) -> str:
-    """A log axis label, short: 0.01, 1, 1000, 1e5."""
-    if v <= 0 or not math.isfinite(v):
-        return ""
-    return f"{v:g}" if 1e-3 <= v < 1e4 else f"1e{round(math.log10(v))}"
-
-
-def _no_minor_ticks(ax) -> None:
-    from matplotlib.ticker import FuncFormatter, NullLocator
-    ax.yaxis.set_minor_locator(NullLocator())
-    ax.yaxis.set_major_formatter(FuncFormatter(_tick))
-
-
 def _positive(values):
     out = []
     for v in values:
@@ -295,25 +243,13 @@ def plotted_checks(row: dict) -> list:
 
 
 def series_svg(row: dict, prefix: str) -> str | None:
-    """Error and bound (ULPs) versus step, for the failing checks that recorded a per-step series."""
+    """Error and bound (ULPs) versus step, for the failing checks that recorded a per-step series.
+    (prefix: unused; the plots define no ids.)"""
     series = [(n, c["series"]) for n, c in plotted_checks(row) if c.get("series")]
     if not series:
         return None
-    fig, ax = _figure()
-    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
-    for (name, s), colour in zip(series[:6], colours):
-        ax.plot(s["step"], _positive(s["error_ulps"]), "-o" if len(s["step"]) <= 8 else "-", ms=2.5, lw=1.2, color=colour, label=f"{name} error")
-        ax.plot(s["step"], _positive(s["bound_ulps"]), "--", lw=1, color=colour, alpha=0.7, label=f"{name} bound")
-    ax.set_yscale("log")
-    _no_minor_ticks(ax)
-    ax.set_xlabel("step")
-    ax.set_ylabel("ULPs")
-    ax.grid(True, which="major", alpha=0.3)
-    # beside the axes, never over the curves
-    ax.legend(fontsize=6.5, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.subplots_adjust(right=0.68)
-    ax.set_title("error and bound versus step\n(the worst element of each step)", fontsize=8)
-    return _svg(fig, prefix)
+    return series_plot([(name, s["step"], _positive(s["error_ulps"]), _positive(s["bound_ulps"]))
+                        for name, s in series])
 
 
 def where_html(row: dict) -> str:
@@ -346,25 +282,14 @@ def histogram_svg(row: dict, prefix: str) -> str | None:
     name, hist = next(((n, c["histogram"]) for n, c in checks if c.get("histogram")), (None, None))
     if hist is None:
         return None
-    fig, ax = _figure(4.0, 2.6)
-    fig.subplots_adjust(bottom=0.3)
-    labels, counts = [], []
-    for low, high, n in hist["bins"]:
-        labels.append(_bin_label(low, high))
-        counts.append(n)
-    ax.bar(range(len(counts)), counts, color="#4575b4")
-    ax.set_xticks(range(len(counts)))
-    ax.set_xticklabels(labels, rotation=60, fontsize=6.5)
+    labels = [_bin_label(low, high) for low, high, _ in hist["bins"]]
+    counts = [n for _, _, n in hist["bins"]]
     bound = None
     s = row["checks"][name].get("series")
     if s and hist["step"] in s["step"]:
         bound = _float(s["bound_ulps"][s["step"].index(hist["step"])])
-    ax.set_ylabel("elements")
-    ax.set_yscale("log")
-    _no_minor_ticks(ax)
-    ax.set_title(f"{name}, step {hist['step']}: error per element (ULPs)"
-                 + (f"\nbound at the worst element: {bound:.3g} ULPs" if bound else ""), fontsize=8)
-    return _svg(fig, prefix)
+    return histogram_plot(labels, counts, [f"{name}, step {hist['step']}: error per element (ULPs)"]
+                          + ([f"bound at the worst element: {bound:.3g} ULPs"] if bound else []))
 
 
 # --- sections ----------------------------------------------------------------------------------
@@ -659,11 +584,6 @@ def render(doc: dict) -> str:
     verdict = verdict_text(doc).replace("**", "")
     ok = verdict.startswith("PASS")
     skipped = skipped_line(doc.get("summary") or [])
-    try:
-        import matplotlib  # noqa: F401
-        plots_note = ""
-    except ImportError:  # plots need matplotlib (a dependency); the rest of the page does not
-        plots_note = "<p class='muted'>matplotlib is not installed: no plots.</p>"
     body = [
         "<header><h1>Optimizer oracle report</h1>",
         f"<p class='verdict {'pass' if ok else 'fail'}'>{esc(verdict)}</p>",
@@ -678,7 +598,7 @@ def render(doc: dict) -> str:
         "</button><input id='filter' type='search' placeholder='filter cases (target, case, check, tensor)'></nav>",
         "<section id='grid'><h2>Summary grid</h2>", grid_html(doc, anchors),
         f"<p>{esc(skipped)}</p>" if skipped else "", "</section>",
-        "<section id='failures'><h2>Failures</h2>", plots_note,
+        "<section id='failures'><h2>Failures</h2>",
         "<p class='muted'>Errors are in ULPs of the storage dtype at the operand magnitude; the bound is derived per "
         "element (README, \"How tolerances are derived\").</p>", failures_html(doc, anchors), "</section>",
         inferred_html(doc),  # below the grid: the grid stays the first thing on the page
