@@ -63,13 +63,22 @@ def as_complex(x) -> np.ndarray:
     return z
 
 
+_EXPONENT = np.int64(0x7FF0000000000000)  # a float64's exponent field
+
+
 def quantum(x, dtype) -> np.ndarray:
-    """Spacing of the format at |x| (the ULP of x; the subnormal step at 0)."""
+    """Spacing of the format at |x| (the ULP of x; the subnormal step at 0). For a non-finite x:
+    2**-bits (what frexp's exponent 0 gives; never used as a spacing)."""
     bits, emin, _ = FORMATS[component(dtype)]
-    x = np.abs(np.asarray(x, dtype=np.float64))
-    _, e = np.frexp(x)  # x = f * 2**e, 0.5 <= f < 1, so the binary exponent is e - 1
-    e = np.where(x == 0, emin + 1, e)
-    return np.ldexp(1.0, np.maximum(e - 1, emin) - (bits - 1))
+    x = np.asarray(x, dtype=np.float64)
+    # 2**floor(log2|x|), exactly: x's exponent field alone (0 below float64's normal range, inf for
+    # inf and NaN); a multiple of a power of two, so the scaling is exact too
+    scale = (x.view(np.int64) & _EXPONENT).view(np.float64)
+    q = np.maximum(scale * 2.0 ** (1 - bits), 2.0 ** (emin + 1 - bits))
+    infinite = np.isinf(q)
+    if infinite.any():
+        q = np.where(infinite, 2.0 ** -bits, q)
+    return q
 
 
 def round_to(x, dtype) -> np.ndarray:

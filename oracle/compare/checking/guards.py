@@ -30,22 +30,22 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 class Guard:
     """One guarded buffer: the view's element offsets and the guards' bits at allocation."""
 
-    def __init__(self, name: str, buffer: torch.Tensor, view: torch.Tensor, offsets: torch.Tensor):
+    def __init__(self, name: str, buffer: torch.Tensor, view: torch.Tensor, layout: "_Layout"):
         self.name, self.buffer, self.view = name, buffer, view
-        inside = torch.zeros(buffer.numel(), dtype=torch.bool)
-        inside[offsets] = True
-        self.outside = ~inside
+        self.outside, self.offsets, self.count = layout.outside, layout.offsets, layout.count
         self.start = view.storage_offset()
         self.reference = _bits(buffer)[self.outside].clone()
 
     def changed(self) -> list[int]:
         """Offsets (relative to the view's start) of guard elements whose bits changed."""
         now = _bits(self.buffer)[self.outside]
-        where = torch.nonzero(self.outside).reshape(-1)[(now != self.reference).any(-1)]
+        if torch.equal(now, self.reference):  # the usual answer, in one comparison
+            return []
+        where = self.offsets[(now != self.reference).any(-1)]
         return [int(i) - self.start for i in where]
 
     def check(self, res: CheckResult, step, label: str = "") -> None:
-        res.compared += int(self.outside.sum())
+        res.compared += self.count
         bad = self.changed()
         if bad:
             shown = ", ".join(map(str, bad[:8])) + (" ..." if len(bad) > 8 else "")
@@ -83,8 +83,34 @@ def allocate(values, dtype: torch.dtype, device, name: str, layout: str = "conti
     view = torch.as_strided(buffer, shape, strides, PAD)
     with torch.no_grad():
         view.copy_(x)
-    offsets = torch.as_strided(torch.arange(buffer.numel()), shape, strides, PAD).reshape(-1)
-    return view, Guard(name, buffer, view, offsets)
+    return view, Guard(name, buffer, view, _layout(buffer.numel(), shape, strides))
+
+
+class _Layout:
+    """Where a view lies in its guarded buffer: which buffer elements are guards (a mask), their
+    offsets in the buffer, and how many. The same for every buffer of one size, shape and strides,
+    so made once for them (a case allocates its grads again at every step)."""
+
+    def __init__(self, numel: int, shape: tuple, strides: tuple):
+        inside = torch.zeros(numel, dtype=torch.bool)
+        inside[torch.as_strided(torch.arange(numel), shape, strides, PAD).reshape(-1)] = True
+        self.outside = ~inside
+        self.offsets = torch.nonzero(self.outside).reshape(-1)
+        self.count = int(self.offsets.numel())
+
+
+_LAYOUTS: dict = {}
+LAYOUTS_KEPT = 1024
+
+
+def _layout(numel: int, shape: tuple, strides: tuple) -> _Layout:
+    key = (numel, shape, strides)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        if len(_LAYOUTS) >= LAYOUTS_KEPT:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[key] = _Layout(numel, shape, strides)
+    return layout
 
 
 __all__ = ["Guard", "LAYOUTS", "PAD", "SENTINEL", "allocate"]

@@ -110,6 +110,35 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
             return NotImplemented
         return rule(*args, **kwargs)
 
+    # --- the arithmetic operators, straight to their rules: what NDArrayOperatorsMixin's operator
+    # -> ufunc -> __array_ufunc__ would reach, without the dispatch (the error model's cost is per call)
+    def __add__(self, other):
+        return _add(self, self, self._lift(other))
+
+    def __radd__(self, other):
+        return _add(self, self._lift(other), self)
+
+    def __sub__(self, other):
+        return _sub(self, self, self._lift(other))
+
+    def __rsub__(self, other):
+        return _sub(self, self._lift(other), self)
+
+    def __mul__(self, other):
+        return _mul(self, self, self._lift(other))
+
+    def __rmul__(self, other):
+        return _mul(self, self._lift(other), self)
+
+    def __truediv__(self, other):
+        return _div(self, self, self._lift(other))
+
+    def __rtruediv__(self, other):
+        return _div(self, self._lift(other), self)
+
+    def __neg__(self):
+        return _neg(self, self)
+
     # --- python scalar protocol: used for branches on norms (== 0) and math.sqrt
     def __float__(self):
         return float(self.v)
