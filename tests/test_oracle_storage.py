@@ -140,3 +140,27 @@ def test_scaled_ulps():
     assert scaled_ulps(1e-10, 0.0, 1.0, "bf16") == pytest.approx(1e-10 / 2 ** -7)
     got = scaled_ulps([np.nan, np.inf, np.inf, 1.0], [np.nan, np.inf, -np.inf, np.nan], 1.0, "fp16")
     np.testing.assert_array_equal(got, [0, 0, np.inf, np.inf])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16", "float16", "complex64"])
+def test_quantum_is_the_spacing_at_every_float64_pattern(dtype):
+    """quantum reads a float64's exponent field; against the definition with math.frexp, element by
+    element: 2**(max(exponent, emin) - (bits - 1)) for a finite x (the subnormal step below the normal
+    range and at 0), 2**-bits for inf and NaN."""
+    import math
+    from oracle.storage import FORMATS, component, quantum
+    bits, emin, _ = FORMATS[component(dtype)]
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.integers(-2**63, 2**63 - 1, 20000, dtype=np.int64).view(np.float64),
+                        rng.standard_normal(2000) * 10.0 ** rng.integers(-320, 300, 2000),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 2.0 ** -1022, 2.0 ** -149, 2.0 ** -126, 65504.0]])
+
+    def spacing(v):
+        if not math.isfinite(v):
+            return 2.0 ** -bits
+        exponent = math.frexp(v)[1] - 1 if v != 0 else emin
+        return 2.0 ** (max(exponent, emin) - (bits - 1))
+    want = np.array([spacing(float(v)) for v in x])
+    assert np.array_equal(quantum(x, dtype), want)
+    assert np.array_equal(quantum(x[:22000].reshape(20, -1)[:, ::3], dtype), want[:22000].reshape(20, -1)[:, ::3])  # strided
+    assert quantum(3.0, dtype) == spacing(3.0)
