@@ -119,3 +119,32 @@ def test_workers_that_never_start_end_the_run_with_a_clear_error(tmp_path, monke
     assert ("error: 3 worker processes in a row did not start: worker process did not start within 0.01 s; "
             "worker process did not start within 0.02 s; worker process did not start within 0.04 s") in err
     assert "no report written" in err and not (tmp_path / "report.json").exists()
+
+
+def test_a_worker_started_before_the_plan_gets_the_environment_the_plan_leaves(tmp_path, monkeypatch):
+    """The first worker starts before the plan (its imports overlap it); what the plan puts in the
+    environment reaches it before its first job, and a variable the plan removes is removed there too."""
+    from oracle.compare import cli
+    from oracle.compare.running import workers as isolate
+    from tests.broken.environment import PLANNED
+    order = []
+    prestart, plan = isolate.Pool.prestart, cli.plan
+
+    def planned(args, optimizers):
+        order.append("plan")
+        monkeypatch.setenv("ORACLE_TEST_PLANNED", PLANNED)
+        return plan(args, optimizers)
+
+    monkeypatch.setattr(isolate.Pool, "prestart", lambda self, n=1: order.append("prestart") or prestart(self, n))
+    monkeypatch.setattr(cli, "plan", planned)
+    code, rows, _ = sweep(tmp_path, "tests.broken.environment:PlannedEnvAdamW")
+    assert order == ["prestart", "plan"]
+    assert rows["PlannedEnvAdamW"]["status"] == "pass", rows["PlannedEnvAdamW"]["reason"]
+
+
+def test_environment_changes_name_what_differs_but_a_workers_own_variables():
+    from oracle.compare.running.workers import OWN_ENV, env_changes
+    then = {"A": "1", "B": "2", "TMPDIR": "/mine", **{k: "1" for k in OWN_ENV}}
+    now = {"A": "1", "B": "3", "C": "4", "TMPDIR": "/cli's"}
+    assert env_changes(then, now) == {"B": "3", "C": "4"}
+    assert env_changes({"A": "1", "D": "5"}, {"A": "1"}) == {"D": None}

@@ -533,15 +533,29 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
+    started: list = []  # the worker pool, once started: closed on every way out
+    try:
+        return _run(argv, started)
+    finally:
+        for pool in started:
+            pool.close()
+
+
+def _run(argv, started: list) -> int:
     from .checking.known import Judge, KnownFileError
     phases.take()  # this run's phases only (tests call main() many times in one process)
     t_start = time.perf_counter()
+    pool = None
     try:
         args, optimizers = parse(argv)
         if not args.list:
             check_report_dir(args.report_dir)
             if args.junit_xml is not None:
                 check_junit_path(args.junit_xml, args.report_dir)
+            if args.isolate:  # one worker starts now: its imports (torch: seconds) overlap the plan
+                from .running.workers import Pool, default_jobs
+                pool = Pool(args.jobs or default_jobs(), args.timeout, args.memory_limit).prestart(1)
+                started.append(pool)
         with phase("plan: targets, availability, cases"):
             work, skipped = plan(args, optimizers)
         judge = Judge.from_option(args.known, args.device)
@@ -574,7 +588,7 @@ def _main(argv) -> int:
         return EXIT_OK
     from .reporting.console import Progress, job_label
     from .running.driver import rows
-    from .running.workers import Pool, WorkerStartError, default_jobs
+    from .running.workers import WorkerStartError
     from .reporting.publish import ReportDirError, ReportLock
     try:  # one run per report folder, for the whole run (released when the process ends)
         lock = ReportLock(args.report_dir, ["python", "-m", "oracle.compare", *argv], wait=args.wait,
@@ -585,7 +599,6 @@ def _main(argv) -> int:
     print("\n".join(judge.header(sorted({t.name for t, _, _ in work}))), flush=True)
     results, complete, t0 = [skipped_target(t, r, args) for t, r in skipped], True, time.perf_counter()
     where = [-1] * len(results)  # each row's job in the whole selection (skipped targets first)
-    pool = Pool(args.jobs or default_jobs(), args.timeout, args.memory_limit) if args.isolate else None
     progress = Progress(len(work), sys.stderr, args.verbosity)
     finished = 0
     judge.export_env()

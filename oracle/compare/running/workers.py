@@ -40,6 +40,20 @@ STARTUP_TIMEOUT = 120.0  # importing torch on a busy 2-core machine
 STARTUP_ATTEMPTS = 3
 POLL_S = 0.5             # how often the memory of busy workers is read
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+# A worker may start before the CLI has planned the run (Pool.prestart: its imports overlap the plan),
+# and planning sets what jobs read from the environment (inferred conventions, the known-findings file,
+# DeepSpeed's extensions folder). So before each job a worker is sent every variable that changed in
+# the CLI since it started, as (ENV_UPDATE, {name: value, or None: removed}); its own (OWN_ENV) excepted.
+ENV_UPDATE = "environment"
+OWN_ENV = frozenset({*THREAD_ENV, "TMPDIR", procs.TAG_ENV})
+
+
+def env_changes(then: dict, now) -> dict:
+    """{name: new value, or None where removed} of the variables that differ between two environments,
+    the worker's own excepted."""
+    out = {k: v for k, v in now.items() if then.get(k) != v and k not in OWN_ENV}
+    out.update({k: None for k in then if k not in now and k not in OWN_ENV})
+    return out
 
 
 def default_jobs() -> int:
@@ -90,6 +104,13 @@ def _worker(conn, parent_pid: int) -> None:
         job = conn.recv()
         if job is None:
             return
+        if job[0] == ENV_UPDATE:  # what the CLI's environment gained or lost since this worker started
+            for key, value in job[1].items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            continue
         name, optimizer, case_name, seed, steps, device, pattern = job
         with phases.phase("job between integrity checks"):
             result, changes = judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern)
@@ -150,6 +171,7 @@ class Worker:
         # the spawn context's resource tracker is this process's, started here so it is not tagged
         from multiprocessing import resource_tracker
         resource_tracker.ensure_running()
+        self.env = dict(os.environ)  # what it inherits (besides its own variables): see ENV_UPDATE
         with _PatchedEnv({**THREAD_ENV, "TMPDIR": self.tmp, procs.TAG_ENV: self.tag}):
             self.proc.start()
         child.close()
@@ -201,6 +223,13 @@ class Pool:
         # "phases": what the workers measured (oracle.compare.measuring.phases), added up
         self.stats = {"workers_started": 0, "import_s": [], "spawn_s": [], "phases": {}}
 
+    def prestart(self, n: int = 1) -> "Pool":
+        """Start up to n workers now, before the work is known (their imports overlap the CLI's plan;
+        the environment the plan leaves reaches them with their first job: ENV_UPDATE)."""
+        while len(self.workers) < min(n, self.jobs):
+            self._start()
+        return self
+
     def _start(self) -> None:
         limit = self.startup_timeout * 2 ** len(self.start_failures)
         self.workers.append(Worker(self.started, limit))
@@ -241,6 +270,10 @@ class Pool:
                 job = (target.name, target.optimizer, case.name, seed, case.steps, device,
                        getattr(case, "pattern", None))
                 try:
+                    changes = env_changes(w.env, os.environ)
+                    if changes:
+                        w.conn.send((ENV_UPDATE, changes))
+                        w.env = dict(os.environ)
                     w.conn.send(job)
                 except (BrokenPipeError, OSError):
                     todo.appendleft(i)  # it died idle: the next round replaces it
@@ -340,4 +373,5 @@ def run_isolated(work, device: str, timeout: float, jobs: int = 1, memory_limit_
     yield from pool.run(work, device)
 
 
-__all__ = ["Pool", "Worker", "WorkerStartError", "default_jobs", "error_result", "run_isolated"]
+__all__ = ["ENV_UPDATE", "Pool", "Worker", "WorkerStartError", "default_jobs", "env_changes", "error_result",
+           "run_isolated"]
