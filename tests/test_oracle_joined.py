@@ -11,14 +11,9 @@ from oracle.common import OptState
 from oracle.compare.measuring.errmodel import Bounded, unit_roundoff
 from oracle.spec import shaped
 
+from tests.oracle_options import every_option
+
 SHAPES = [(7,), (3, 4), (), (5,)]
-
-
-def _hparams(spec) -> dict:
-    """Weight decay and every boolean option on, so the state entries they add are joined too."""
-    hp = {"weight_decay": 0.1} if "weight_decay" in spec.defaults else {}
-    hp.update({k: True for k, v in spec.defaults.items() if v is False and k not in ("maximize", "nesterov")})
-    return hp
 
 
 def _bounded(x, fmt="float32", state_fmt="float32"):
@@ -30,11 +25,7 @@ def _run(spec, formats, steps=3):
     shapes = [shaped(s, spec.param_ranks) for s in SHAPES]
     params = [[_bounded(rng.standard_normal(s), f) for s, f in zip(shapes, formats)]]
     state = OptState.empty(params)
-    hp = [_hparams(spec)]
-    try:
-        spec.validate(hp)
-    except ValueError:
-        hp = [{}]
+    hp = every_option(spec)
     for k in range(steps):
         grads = [[None if (k == 1 and i == 3) else _bounded(rng.standard_normal(s), f)  # a param skips a step
                   for i, (s, f) in enumerate(zip(shapes, formats))]]

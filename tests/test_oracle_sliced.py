@@ -11,14 +11,9 @@ import oracle.common as common
 from oracle.spec import shaped
 from oracle.common import OptState
 
+from tests.oracle_options import every_option
+
 N = 1000  # > the slice size set below, and not a multiple of it: a short last slice
-
-
-def _hparams(spec) -> dict:
-    hp = {"weight_decay": 0.1} if "weight_decay" in spec.defaults else {}
-    # every boolean option on, so the state entries it adds are sliced too (amsgrad's maximum, ...)
-    hp.update({k: True for k, v in spec.defaults.items() if v is False and k not in ("maximize", "nesterov")})
-    return hp
 
 
 def _run(spec, slice_size, monkeypatch, steps=3):
@@ -27,11 +22,7 @@ def _run(spec, slice_size, monkeypatch, steps=3):
     shapes = [shaped((N,), spec.param_ranks), shaped((7,), spec.param_ranks)]  # Muon takes matrices only
     params = [[rng.standard_normal(s) for s in shapes]]
     state = OptState.empty(params)
-    hp = [_hparams(spec)]
-    try:
-        spec.validate(hp)
-    except ValueError:
-        hp = [{}]
+    hp = every_option(spec)
     for _ in range(steps):
         grads = [[rng.standard_normal(s) for s in shapes]]
         params, state = spec.step(params, grads, state, hp, spec.convention)

@@ -110,35 +110,6 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
             return NotImplemented
         return rule(*args, **kwargs)
 
-    # --- the arithmetic operators, straight to their rules: what NDArrayOperatorsMixin's operator
-    # -> ufunc -> __array_ufunc__ would reach, without the dispatch (the error model's cost is per call)
-    def __add__(self, other):
-        return _add(self, self, self._lift(other))
-
-    def __radd__(self, other):
-        return _add(self, self._lift(other), self)
-
-    def __sub__(self, other):
-        return _sub(self, self, self._lift(other))
-
-    def __rsub__(self, other):
-        return _sub(self, self._lift(other), self)
-
-    def __mul__(self, other):
-        return _mul(self, self, self._lift(other))
-
-    def __rmul__(self, other):
-        return _mul(self, self._lift(other), self)
-
-    def __truediv__(self, other):
-        return _div(self, self, self._lift(other))
-
-    def __rtruediv__(self, other):
-        return _div(self, self._lift(other), self)
-
-    def __neg__(self):
-        return _neg(self, self)
-
     # --- python scalar protocol: used for branches on norms (== 0) and math.sqrt
     def __float__(self):
         return float(self.v)
@@ -189,6 +160,13 @@ class Bounded(np.lib.mixins.NDArrayOperatorsMixin):
         """Elements a:b of a joined (flat) value, shaped back into one part's shape."""
         return Bounded(self.v[a:b].reshape(shape), self.e[a:b].reshape(shape), self.u, self.eta, self.state_u,
                        self.store_u)
+
+
+def _operators(rule):
+    """a OP b and b OP a for a Bounded a, straight to the rule: what NDArrayOperatorsMixin's operator ->
+    ufunc -> __array_ufunc__ would reach, without the dispatch (the error model's cost is per call)."""
+    return (lambda self, other: rule(self, self, self._lift(other)),
+            lambda self, other: rule(self, self._lift(other), self))
 
 
 # Scalars lifted to Bounded, shared (no rule changes an operand; each returns a new Bounded).
@@ -429,6 +407,14 @@ def _where(cond, x, y):
     a, b = lift(x), lift(y)
     c = np.asarray(cond, dtype=bool)
     return Bounded(np.where(c, a.v, b.v), np.where(c, a.e, b.e), ref.u, ref.eta)
+
+
+for _name, _rule in (("add", _add), ("sub", _sub), ("mul", _mul), ("truediv", _div)):
+    _op, _rop = _operators(_rule)
+    setattr(Bounded, f"__{_name}__", _op)
+    setattr(Bounded, f"__r{_name}__", _rop)
+Bounded.__neg__ = lambda self: _neg(self, self)
+del _name, _rule, _op, _rop
 
 
 def _compare(op):

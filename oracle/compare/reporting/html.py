@@ -242,9 +242,8 @@ def plotted_checks(row: dict) -> list:
     return failing or list(row["checks"].items())
 
 
-def series_svg(row: dict, prefix: str) -> str | None:
-    """Error and bound (ULPs) versus step, for the failing checks that recorded a per-step series.
-    (prefix: unused; the plots define no ids.)"""
+def series_svg(row: dict) -> str | None:
+    """Error and bound (ULPs) versus step, for the failing checks that recorded a per-step series."""
     series = [(n, c["series"]) for n, c in plotted_checks(row) if c.get("series")]
     if not series:
         return None
@@ -275,7 +274,7 @@ def _bin_label(low, high) -> str:
     return f"\u2265{_pow2(low)}" if high is None else _pow2(low)
 
 
-def histogram_svg(row: dict, prefix: str) -> str | None:
+def histogram_svg(row: dict) -> str | None:
     """Per-element error in ULPs at the worst step of the most severe failing check with a histogram."""
     from ..measuring.checks import severity
     checks = sorted(plotted_checks(row), key=lambda kv: (kv[1].get("passed", True), severity(kv[0])))
@@ -346,7 +345,7 @@ def case_html(row: dict, anchor: str, mark: str, plots: bool, show: bool = False
              "</summary>",
              f"<p class='line'>{esc(line)}</p>", copyable(row.get("repro", ""))]
     if plots:
-        figs = [svg for svg in (series_svg(row, anchor + "s-"), histogram_svg(row, anchor + "h-")) if svg]
+        figs = [svg for svg in (series_svg(row), histogram_svg(row)) if svg]
         parts.append(where_html(row))
         if figs:
             parts.append("<div class='plots'>" + "".join(f"<figure>{svg}</figure>" for svg in figs) + "</div>")
