@@ -434,8 +434,8 @@ def drive(params, grads, state, hparams, counter, scaling, update, counter_forma
     found_inf skips everything, counters included.
     elementwise: the rule computes each element from that element alone (no norm, no reduction, and
     nothing of `i`, the param's place): a large plain-float64 param then runs in cache-sized slices
-    (_sliced), and a group's error-carrying params run in one call over their concatenation (_joined);
-    the same result either way.
+    (_sliced), and the error-carrying params of groups with equal hyperparameters run in one call over
+    their concatenation (_joined); the same result either way.
     """
     check_counter(counter, counter_format)
     check_structure(params, grads, state, hparams)
@@ -446,10 +446,12 @@ def drive(params, grads, state, hparams, counter, scaling, update, counter_forma
     inv_scale = 1.0 if scaling is None else check_inv_scale(scaling.inv_scale)  # refused on skipped steps too
     if scaling is not None and scaling.found_inf:
         return _unaliased(new_params, new_state, params, state)
+    # (hyperparameters' group, join key) -> [(g, i, grad, t)]: error-carrying params run in one call (_joined)
+    joinable: dict = {}
+    alike = _alike(hparams) if elementwise else []
     for g, group in enumerate(new_params):
         if counter == "group":
             new_state.group_step[g] = next_count(new_state.group_step[g], counter_format)
-        joinable: dict = {}  # join key -> [(i, grad, t)]: error-carrying params run in one call (_joined)
         for i, p in enumerate(group):
             grad = grads[g][i]
             if grad is None:
@@ -462,15 +464,33 @@ def drive(params, grads, state, hparams, counter, scaling, update, counter_forma
             scaled = grad * inv_scale if inv_scale != 1.0 else grad
             key = _join_key(p, scaled, st, t) if elementwise else None
             if key is not None:
-                joinable.setdefault(key, []).append((i, scaled, t))
+                joinable.setdefault((alike[g], key), []).append((g, i, scaled, t))
             elif elementwise and _plain(p, scaled, *st.values()) and np.size(p) > SLICE:
                 rule = lambda p_, g_, st_, g=g, i=i, t=t: update(g, i, p_, g_, st_, t)  # noqa: E731
                 new_params[g][i], new_state.params[g][i] = _sliced(rule, p, scaled, st)
             else:
                 new_params[g][i], new_state.params[g][i] = update(g, i, p, scaled, st, t)
-        for members in joinable.values():
-            _joined(update, g, members, new_params[g], new_state.params[g])
+    for members in joinable.values():
+        _joined(update, members, new_params, new_state.params)
     return _unaliased(new_params, new_state, params, state)
+
+
+def _alike(hparams) -> list[int]:
+    """Per group, the first group whose hyperparameters equal its own: an elementwise rule reads
+    nothing else of the group, so params of alike groups may run in one call (a checked step and the
+    trajectory beside it, stacked as groups: oracle.compare.checking.case_run)."""
+    out: list[int] = []
+    for g, hp in enumerate(hparams):
+        out.append(next((h for h in out[:g] if equal_hparams(hparams[h], hp)), g))
+    return out
+
+
+def equal_hparams(a, b) -> bool:
+    """Hyperparameter dicts equal key for key (NaN never equal; an array value compares whole)."""
+    try:
+        return a.keys() == b.keys() and all(bool(np.all(a[k] == b[k])) for k in a)
+    except (TypeError, ValueError):
+        return False
 
 
 def _joins(x) -> bool:
@@ -497,36 +517,38 @@ def _join_key(p, grad, st: dict, t):
     return (t, p.join_key(), grad.join_key(), tuple(entries))
 
 
-def _joined(update, g: int, members: list, params: list, states: list) -> None:
+def _joined(update, members: list, params: list, states: list) -> None:
     """An elementwise rule on error-carrying params run once over their concatenation, the results
-    split back per param. Every operation is per element, so each element's value and bound are the
-    ones its own call computes, bit for bit (tests/test_oracle_joined.py); the cost of the error model
-    is per NumPy call, so a step of k small params costs about one param's. One member, or results
-    that do not split (a state entry not shaped like the concatenation), run param by param."""
+    split back per param. members: (g, i, grad, t) of params whose groups have equal hyperparameters
+    and whose join keys are equal; params and states: per group. Every operation is per element, so
+    each element's value and bound are the ones its own call computes, bit for bit
+    (tests/test_oracle_joined.py); the cost of the error model is per NumPy call, so a step of k small
+    params costs about one param's. One member, or results that do not split (a state entry not shaped
+    like the concatenation), run param by param."""
     def alone():
-        for i, grad, t in members:
-            params[i], states[i] = update(g, i, params[i], grad, states[i], t)
+        for g, i, grad, t in members:
+            params[g][i], states[g][i] = update(g, i, params[g][i], grad, states[g][i], t)
 
     if len(members) < 2:
         return alone()
-    i0, _, t = members[0]
-    sizes = [math.prod(np.shape(params[i])) for i, _, _ in members]
+    g0, i0, _, t = members[0]
+    sizes = [math.prod(np.shape(params[g][i])) for g, i, _, _ in members]
     n = sum(sizes)
-    kind = type(params[i0])
-    st0 = states[i0]
-    joined_st = {key: (kind.joined([states[i][key] for i, _, _ in members]) if _joins(v) else v)
+    kind = type(params[g0][i0])
+    st0 = states[g0][i0]
+    joined_st = {key: (kind.joined([states[g][i][key] for g, i, _, _ in members]) if _joins(v) else v)
                  for key, v in st0.items()}
-    new_p, new_st = update(g, i0, kind.joined([params[i] for i, _, _ in members]),
-                           kind.joined([grad for _, grad, _ in members]), joined_st, t)
+    new_p, new_st = update(g0, i0, kind.joined([params[g][i] for g, i, _, _ in members]),
+                           kind.joined([grad for _, _, grad, _ in members]), joined_st, t)
     shared = {key for key, v in new_st.items() if not (_joins(v) and np.shape(v) == (n,))}
     if not (_joins(new_p) and np.shape(new_p) == (n,)) or any(
             type(new_st[key]) not in (int, float) for key in shared):
         return alone()
     a = 0
-    for (i, _, _), size in zip(members, sizes):
-        shape = np.shape(params[i])
-        params[i] = new_p.piece(a, a + size, shape)
-        states[i] = {key: (v if key in shared else v.piece(a, a + size, shape)) for key, v in new_st.items()}
+    for (g, i, _, _), size in zip(members, sizes):
+        shape = np.shape(params[g][i])
+        params[g][i] = new_p.piece(a, a + size, shape)
+        states[g][i] = {key: (v if key in shared else v.piece(a, a + size, shape)) for key, v in new_st.items()}
         a += size
 
 

@@ -190,30 +190,54 @@ def quantized_dtype(target, key: str, numel: int) -> str | None:
     return None
 
 
-def store(x: Bounded, storage: str, compute: str) -> Bounded:
+def store(x: Bounded, storage: str, compute: str, state_u: float | None = None, param: bool = False) -> Bounded:
     """Round what the target stores; both sides round, so up to one ULP apart (a quantized entry:
-    through its format, oracle.compare.measuring.quantized_state.store)."""
-    x = as_bounded(x, compute)
+    through its format, oracle.compare.measuring.quantized_state.store). param: a param, which carries
+    what rules read of its formats (Bounded's store_u, and state_u, the format its state is kept in);
+    a state entry carries neither, as the lockstep's do."""
+    [out] = stored([as_bounded(x, compute)], storage, compute, [(state_u, True) if param else None])
+    return out
+
+
+def stored(xs: list, storage: str, compute: str, params: list) -> list:
+    """store() of each Bounded of `xs` in one format, the rounding done once over all of them concatenated
+    (elementwise: each element rounds as alone). params[k]: (state_u, True) where xs[k] is a param."""
     if is_quantized(storage):
-        return store_quantized(x, format_of(storage))
-    v = round_to(x.v, storage)
-    e = x.e + (quantum(v, storage) if coarser(storage, compute) else 0.0)
-    return Bounded(v, e, x.u, store_u=unit_roundoff(storage))
+        return [store_quantized(x, format_of(storage)) for x in xs]
+    v = round_to(np.concatenate([np.ravel(x.v) for x in xs]), storage)
+    e = np.concatenate([np.ravel(x.e) for x in xs]) + (quantum(v, storage) if coarser(storage, compute) else 0.0)
+    out, a = [], 0
+    for x, param in zip(xs, params):
+        b = a + x.v.size
+        vk, ek = v[a:b].reshape(x.v.shape), e[a:b].reshape(x.v.shape)
+        out.append(Bounded(vk, ek, x.u) if param is None else
+                   Bounded(vk, ek, x.u, state_u=param[0], store_u=unit_roundoff(storage)))
+        a = b
+    return out
 
 
-def trajectory_store(params, state: OptState, snap: Snapshot, compute: str):
-    out_p = []
+def trajectory_store(params, state: OptState, snap: Snapshot, compute: str, state_u: float | None = None):
+    """The oracle's step rounded as the target stores it (its `snap` after the step), one rounding pass
+    per stored format (stored); params keep `state_u`, as at the start (Rprop's filled etas round in the
+    state's format at every step)."""
+    items: dict = {}  # storage -> [(where, value, param)]; where: ("p", g, i) or ("s", g, i, key)
     for g, group in enumerate(params):
-        row = []
         for i, p in enumerate(group):
             key = "master_param" if "master_param" in snap.state[g][i] else "param"
-            row.append(store(p, snap.dtypes[g][i][key], compute))
-        out_p.append(row)
+            items.setdefault(snap.dtypes[g][i][key], []).append((("p", g, i), p, (state_u, True)))
     for g, sts in enumerate(state.params):
         for i, st in enumerate(sts):
             for key, v in st.items():
                 if key != "step" and key in snap.dtypes[g][i]:
-                    st[key] = store(v, snap.dtypes[g][i][key], compute)
+                    items.setdefault(snap.dtypes[g][i][key], []).append((("s", g, i, key), v, None))
+    out_p = [list(group) for group in params]
+    for storage, entries in items.items():
+        done = stored([as_bounded(x, compute) for _, x, _ in entries], storage, compute, [p for _, _, p in entries])
+        for (where, _, _), x in zip(entries, done):
+            if where[0] == "p":
+                out_p[where[1]][where[2]] = x
+            else:
+                state.params[where[1]][where[2]][where[3]] = x
     return out_p, state
 
 
@@ -243,16 +267,25 @@ class Trajectory:
         self.u = unit_roundoff(self.compute)
         self.hps = self.spec.validate(case.group_hparams())
         initial = C.initial_params(case, seed)
-        state_u = unit_roundoff(new_state_format(target, {"param": case.dtype}))
+        self.state_u = state_u = unit_roundoff(new_state_format(target, {"param": case.dtype}))
         self.params = [[Bounded(p, None, self.u, state_u=state_u, store_u=unit_roundoff(case.dtype)) for p in group]
                        for group in initial]
         self.state = OptState.empty(initial)
+        self.stepped = None  # this step's oracle result, where the lockstep's call computed it (Lockstep._stacked)
+
+    def bounded(self, grads) -> list:
+        """The step's grads as this oracle takes them (Bounded in its compute format)."""
+        return [[None if g is None else g if isinstance(g, Bounded) and g.u == self.u else Bounded(getattr(g, "v", g),
+                                                                                                    None, self.u)
+                 for g in gs] for gs in grads]
 
     def step(self, res: CheckResult, k: int, grads, before: Snapshot, after: Snapshot) -> None:
-        bgrads = [[None if g is None else Bounded(g, None, self.u) for g in gs] for gs in grads]
         with phase("oracle and error model"):
-            params, state = self.spec.step(self.params, bgrads, self.state, self.hps, self.convention)
-            self.params, self.state = trajectory_store(params, state, after, self.compute)
+            if self.stepped is not None:
+                (params, state), self.stepped = self.stepped, None
+            else:
+                params, state = self.spec.step(self.params, self.bounded(grads), self.state, self.hps, self.convention)
+            self.params, self.state = trajectory_store(params, state, after, self.compute, self.state_u)
         with phase("comparing"):
             check_trajectory(res, k, self.params, self.state, after, math_params(before))
 
@@ -285,6 +318,7 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict, fail_f
     if record is not None:
         record.append(opt.param_groups)  # first: the run's groups (replay reads their shape)
     touched = [[False] * len(group) for group in params]
+    after = None  # what the last checked step left: the next one's state before it (only grads are set between)
     for k in range(1, case.steps + EXTRA_STEPS + 1):
         grads = C.grads_at(case, seed, k)
         grad_guards: list = []
@@ -292,7 +326,7 @@ def lockstep_run(target, case: C.Case, seed: int, device: str, res: dict, fail_f
         if k > case.steps:
             opt.step()
             continue
-        before, after = ls.step(k, grads)
+        before, after = ls.step(k, grads, before=after, rider=trajectory)
         for guard in guards + [gg for gg, _ in grad_guards]:
             guard.check(res["bounds"], k)
         touched = touched_by(touched, grads)

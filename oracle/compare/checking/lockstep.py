@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 import oracle
-from oracle.common import GradScaling, OptState
+from oracle.common import GradScaling, OptState, equal_hparams
 from oracle.storage import round_to
 
 from ..measuring.phases import phase
@@ -56,6 +56,11 @@ def check_counters(res: CheckResult, k: int, counter: str, tracked: OptState, sn
 def new_state_format(target, dtypes: dict) -> str:
     """The format a target creates a param's state in: the param's dtype (torch) or its declared one."""
     return dtypes["param"] if target.state_dtype == "param" else target.state_dtype
+
+
+def _same_hparams(a: list, b: list) -> bool:
+    """Two runs' validated hyperparameters, group by group, are equal (then they may share a call)."""
+    return len(a) == len(b) and all(equal_hparams(x, y) for x, y in zip(a, b))
 
 
 class Lockstep:
@@ -106,19 +111,42 @@ class Lockstep:
                               if "step" in self.tracked.params[g][i] else {})}
                           for i, st in enumerate(sts)] for g, sts in enumerate(before.state)])
 
-    def expected(self, before: Snapshot, grads, scaling: GradScaling | None = None) -> dict:
-        """compute dtype -> the oracle's (params, state) from `before`, as Bounded arrays."""
+    def expected(self, before: Snapshot, grads, scaling: GradScaling | None = None, rider=None) -> dict:
+        """compute dtype -> the oracle's (params, state) from `before`, as Bounded arrays. rider: another
+        oracle run of this target's step on the same grads (case_run.Trajectory), stepped in the same call
+        where it can be (see _stacked)."""
         hps = self.spec.validate(self.hparams)  # remembered per hparams (oracle.hparams.validated)
         out = {}
-        for compute in {c for row in self.computes(before) for c in row} or {"float32"}:
+        computes = {c for row in self.computes(before) for c in row} or {"float32"}
+        for compute in computes:
             u = unit_roundoff(compute)
             params = [[Bounded(p, None, u, state_u=unit_roundoff(new_state_format(self.target, before.dtypes[g][i])),
                                store_u=unit_roundoff(before.dtypes[g][i]["param"]))
                        for i, p in enumerate(ps)] for g, ps in enumerate(math_params(before))]
             bgrads = [[None if gr is None else Bounded(gr, None, u) for gr in gs] for gs in grads]
             state = self.oracle_state(before, lambda v: Bounded(v, None, u))
-            out[compute] = self.spec.step(params, bgrads, state, hps, self.target.convention, scaling)
+            if rider is not None and scaling is None and computes == {rider.compute} and _same_hparams(rider.hps, hps):
+                out[compute] = self._stacked(params, bgrads, state, hps, rider)
+            else:
+                out[compute] = self.spec.step(params, bgrads, state, hps, self.target.convention, scaling)
         return out
+
+    def _stacked(self, params, bgrads, state: OptState, hps, rider):
+        """This step and the rider's in one oracle call, the rider's groups after these: an elementwise
+        rule (no `reduces`) reads nothing across groups, and groups with equal hyperparameters share
+        NumPy calls (oracle.common.drive), so both cost about what one did. The rider keeps its result
+        (rider.stepped). Where the call raises, each runs on its own: a failure of one is not the other's."""
+        if self.spec.reduces:
+            return self.spec.step(params, bgrads, state, hps, self.target.convention)
+        n = len(params)
+        try:
+            both, st = self.spec.step(params + rider.params, bgrads + rider.bounded(bgrads), OptState(
+                state.group_step + rider.state.group_step, state.params + rider.state.params), hps + hps,
+                self.target.convention)
+        except Exception:  # noqa: BLE001 - the oracle refuses one of them: say which, apart
+            return self.spec.step(params, bgrads, state, hps, self.target.convention)
+        rider.stepped = (both[n:], OptState(st.group_step[n:], st.params[n:]))
+        return both[:n], OptState(st.group_step[:n], st.params[:n])
 
     def explain(self, before: Snapshot, grads, scaling, g: int, i: int, index: tuple) -> str | None:
         """The operation that makes element (g, i, index) non-finite in the target's compute arithmetic."""
@@ -130,12 +158,16 @@ class Lockstep:
         return [[self.target.compute_dtype(snap.dtypes[g][i]["param"]) for i in range(len(ps))]
                 for g, ps in enumerate(snap.params)]
 
-    def step(self, k: int, grads, scaling: GradScaling | None = None, do_step: Callable | None = None):
-        """One checked step; returns the snapshots before and after it."""
-        with phase("reading state back"):
-            before = self.read()
+    def step(self, k: int, grads, scaling: GradScaling | None = None, do_step: Callable | None = None,
+             before: Snapshot | None = None, rider=None):
+        """One checked step; returns the snapshots before and after it. before: the state as the caller
+        last read it, where nothing but assigning grads has run since (the previous step's `after`): not
+        read again. rider: see expected."""
+        if before is None:
+            with phase("reading state back"):
+                before = self.read()
         with phase("oracle and error model"):
-            expected = self.expected(before, grads, scaling)
+            expected = self.expected(before, grads, scaling, rider)
         with phase("target step"):
             (do_step or self.opt.step)()
         with phase("reading state back"):
