@@ -289,6 +289,20 @@ def run_child(argv: list, timeout: float, env: dict | None = None,
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown, which takes about a second once torch and the targets'
+    libraries are loaded (a pool waits for its workers' exits, a user for the CLI's): what exit runs
+    that can matter runs first (multiprocessing's finalizers, atexit handlers, buffered output)."""
+    import atexit
+    from multiprocessing import util
+    util._exit_function()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing more to write there
+            stream.flush()
+    os._exit(code)
+
+
 def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     """Signal the process group led by `pid`, and `pid` itself in case it had not made its group yet."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

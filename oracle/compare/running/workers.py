@@ -98,12 +98,15 @@ def _worker(conn, parent_pid: int) -> None:
         from ..checking import case_run as run
         from .. import scenarios
         from ..isolation import tamper  # noqa: F401 - imported before "ready" so limits time the work only
+        # torch.optim.Optimizer's constructor imports torch._dynamo on first use (a second and a half):
+        # every job builds one, so it is paid here, where a worker started before the plan overlaps it
+        import torch._dynamo  # noqa: F401
         clean = tamper.snapshot()  # before any target code ran in this process
     conn.send(("ready", {"import_s": time.perf_counter() - t0, "pid": os.getpid(), "phases": phases.take()}))
     while True:
         job = conn.recv()
         if job is None:
-            return
+            procs.exit_now(0)  # the pool waits for this exit: not a second of teardown
         if job[0] == ENV_UPDATE:  # what the CLI's environment gained or lost since this worker started
             for key, value in job[1].items():
                 if value is None:
@@ -178,6 +181,7 @@ class Worker:
         self.ready = False
         self.info: dict = {}
         self.job = None          # (work index, deadline) of the job it runs
+        self.stopping = False    # told to exit (stop)
         self.dispatched = 0.0
 
     @property
@@ -198,13 +202,21 @@ class Worker:
         procs.remove_tmp(self.tmp)
         self.conn.close()
 
+    def stop(self) -> None:
+        """Ask an idle worker to exit (close() waits for it): an exit takes about a second with torch
+        loaded (the interpreter's teardown), so a pool asks every worker before it waits for any."""
+        if self.stopping or not (self.proc.is_alive() and self.job is None and self.ready):
+            return
+        try:
+            self.conn.send(None)
+            self.stopping = True
+        except (BrokenPipeError, OSError):
+            pass
+
     def close(self) -> None:
-        if self.proc.is_alive() and self.job is None and self.ready:
-            try:
-                self.conn.send(None)
-                self.proc.join(5)
-            except (BrokenPipeError, OSError):
-                pass
+        self.stop()
+        if self.stopping:
+            self.proc.join(5)
         self.kill()  # whatever is left in its group (a child it started), and its folder
 
 
@@ -361,6 +373,8 @@ class Pool:
               file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        for w in self.workers:  # every idle one exits at once: their teardowns overlap
+            w.stop()
         for w in list(self.workers):
             w.close()
         self.workers.clear()

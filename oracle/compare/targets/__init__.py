@@ -17,7 +17,15 @@ master_weights  a minimal, correct FP32-master mixed-precision wrapper
 The registry of every target by name is oracle.compare.registry (above
 these modules and the optimizers' comparison records).
 """
-from .base import Target, with_counter
-from .user_impl import load_impl, probe_import
-
 __all__ = ["Target", "load_impl", "probe_import", "with_counter"]
+
+_HOMES = {"Target": "base", "with_counter": "base", "load_impl": "user_impl", "probe_import": "user_impl"}
+
+
+def __getattr__(name: str):
+    """The names above, imported on first use: they import torch (a second), and the CLI reads what it
+    needs of .declare (torch-free) before it starts its first worker, whose imports should not wait."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
