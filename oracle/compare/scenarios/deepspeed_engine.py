@@ -611,3 +611,5 @@ if __name__ == "__main__":
     if sys.argv[1:2] != ["--worker"] or len(sys.argv) != 3:
         sys.exit("usage: python -m oracle.compare.scenarios.deepspeed_engine --worker JOB.pkl (started by the engine scenarios)")
     worker(sys.argv[2])
+    from ..isolation.processes import exit_now
+    exit_now(0)  # the launcher waits for every rank's exit: not the teardown of DeepSpeed and torch
