@@ -67,3 +67,21 @@ def test_an_empty_batch_changes_nothing():
     res = CheckResult("lockstep")
     compare_tensors(res, 3, [])
     assert dataclasses.asdict(res) == dataclasses.asdict(CheckResult("lockstep"))
+
+
+def test_histogram_bins_by_exponent_are_the_searched_ones():
+    """The large-array path (exponents) and the small one (binary search) put every value in the bin
+    HIST_EDGES defines: edges <= x, exact zeros first, inf and NaN last."""
+    from oracle.compare.measuring import checks
+    rng = np.random.default_rng(5)
+    bits = rng.integers(0, 2 ** 63, size=4000, dtype=np.uint64)  # every positive exponent, NaNs and infs
+    edges = np.array(checks.HIST_EDGES)
+    specials = np.concatenate([edges, np.nextafter(edges, np.inf), np.nextafter(edges, -np.inf),
+                               [0.0, -0.0, np.inf, np.nan, 5e-324, 1e308, -1.0]])
+    values = np.concatenate([bits.view(np.float64), specials, np.abs(rng.standard_normal(2000)) * 2.0 ** 10])
+    want = np.array([0 if not v > 0 and not np.isnan(v) else len(edges) if not np.isfinite(v)
+                     else int(np.sum(edges <= v)) for v in values])
+    assert values.size >= checks._BY_EXPONENT
+    assert np.array_equal(checks.histogram_bins(values), want)
+    small = [checks.histogram_bins(values[i:i + 500]) for i in range(0, values.size, 500)]
+    assert np.array_equal(np.concatenate(small), want)
