@@ -12,6 +12,9 @@ Suites (each row: one configuration, both implementations built on their own cop
   lamb     FusedLAMB vs our FusedAdam (the same kernel family: what LAMB's extra passes cost); fp32;
            1 or 100 tensors
   lamb_noclip  the same with max_grad_norm=0: no global clipping, so no grad-norm pass
+  prefetch our AdamW (1 tensor) and Adagrad (100 tensors), fp32, with the CPU kernels' software
+           prefetch off (A) and on (B), on the same machine: which default suits it (CPU only;
+           FUSED_CPU_PREFETCH=0|1 sets it for a process, csrc/cpu_kernels.cpp)
 
 In each row the two implementations and a copy (dst.copy_(src), numel floats) are timed in turn, round
 after round (interleaved, so that drift on a shared machine hits all three); a round times `iters`
@@ -44,7 +47,23 @@ What the CPU kernels do to run at the memory limit (16M fp32, 2 cores):
   to 1.0-1.04x, our AdamW fp32 from 0.95-0.98x of torch's time to 0.88-0.94x.
 - Adagrad and Adam leave the L2 term out at weight_decay 0, as torch does (oracle zero_decay="skip").
 
-What differs between machines (2026-12-05, a 2-vCPU KVM guest reporting avx512fp16; shared, so the
+What differs between machines, AMD (2026-12-07, a 2-vCPU AMD EPYC guest, Zen 4: family 25 model 17,
+AVX-512, 32 MiB L3, THP madvise). Ours had fallen behind torch's fused steps here (AdamW fp32
+0.85x and 0.81x, Adagrad 0.94x and 0.95x of torch's time, earlier runs). The cause is the software
+prefetch. Minimal AdamW loops compiled alone (ctypes, one core, the same tensors for every variant,
+medians of 9): plain 11.3 ms; the kernels' scheme, 2 KiB ahead of each 256-element piece with
+write hints for p, m, v: 15.0 ms; read hints only: 14.5 ms; non-temporal hints: 14.5 ms; 8 KiB
+ahead: 16.8 ms; prefetching the grad alone: 11.7 ms; torch's fused step on the same tensors:
+11.4 ms. Vector width (zmm or ymm loops) and piece size changed nothing beyond noise. Huge pages
+(madvise on the tensors) made both torch and ours 6-12% faster and did not change the order. So the
+kernels now prefetch on other vendors only (the measurement there is the Intel one below), and
+without prefetches a chunk is one loop, not 256-element pieces. The same tensors stepped by ours
+with prefetch off, on, and torch (2 threads, 11 rounds): prefetch off/on 0.63-0.87x of the time;
+ours ahead of torch 1.06-1.18x. `bench_fused.py --rounds 7` afterwards: AdamW fp32 1.54x and 1.04x
+(1, 4 tensors; the 1.54x is torch's tensors landing badly, such spread between rows is layout),
+bf16 params 1.18-1.28x, Adagrad 1.34x and 1.10x; LAMB 1.83x and 1.68x our (now faster) AdamW.
+
+What differs between machines, Intel (2026-12-05, a 2-vCPU KVM guest reporting avx512fp16; shared, so the
 figures below are interleaved ratios, several runs each; no kernel change came of it):
 - Vector width: torch dispatches AVX512 here (zmm); GCC's -march=native (rocketlake) prefers 256-bit,
   so ours is ymm. -mprefer-vector-width=512: AdamW +1%, Adagrad +-0 in idle windows. Not the cause.
@@ -105,9 +124,10 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fused import FusedAdagrad, FusedAdam, FusedLAMB  # noqa: E402
+from fused import FusedAdagrad, FusedAdam, FusedLAMB, _ext  # noqa: E402
 
-SUITES = ("adamw", "adagrad", "lamb", "lamb_noclip")
+SUITES = ("adamw", "adagrad", "lamb", "lamb_noclip", "prefetch")
+CPU_ONLY_SUITES = ("prefetch",)
 # Tensors of at most this many elements take the CPU LAMB kernel's one-thread path (kWholeMax in
 # csrc/cpu_kernels.cpp), which moves 32 bytes per param instead of 44.
 LAMB_WHOLE_MAX = 2 ** 18
@@ -156,6 +176,19 @@ def lamb_noclip_ours(ps):
     return FusedLAMB(ps, lr=1e-3, weight_decay=0.01, max_grad_norm=0.0).step
 
 
+def prefetch_set(on: bool, make):
+    """`make`'s step, with the CPU kernels' software prefetch set on or off before each step (a
+    process-wide switch; main restores the default afterwards)."""
+    def build(ps):
+        step = make(ps)
+
+        def run():
+            _ext.cpu().prefetch(int(on))
+            step()
+        return run
+    return build
+
+
 def configs(suites, numel, adamw_tensors=(1, 4), many=100) -> list[Config]:
     out = []
     f32, bf16 = torch.float32, torch.bfloat16
@@ -179,6 +212,10 @@ def configs(suites, numel, adamw_tensors=(1, 4), many=100) -> list[Config]:
             lamb_bytes = 28 if numel // n <= LAMB_WHOLE_MAX else 40
             out.append(Config("lamb_noclip", f32, f32, n, Impl("lamb mgn=0", lamb_noclip_ours, lamb_bytes),
                               Impl("ours adamw", adamw_ours(f32), 28)))
+    if "prefetch" in suites:
+        for name, make, n, b in (("adamw", adamw_ours(f32), 1, 28), ("adagrad", adagrad_ours, many, 20)):
+            out.append(Config("prefetch", f32, f32, n, Impl(f"{name} off", prefetch_set(False, make), b),
+                              Impl(f"{name} on", prefetch_set(True, make), b)))
     return out
 
 
@@ -248,7 +285,8 @@ def table(rows) -> str:
         lines.append(f"{r['suite']:11} {r['dtype']:8} {r['moments']:8} {r['tensors']:7d} | {sides} | "
                      f"{r['ratio']:7.3f}x {r['copy_gbs']:9.1f}")
     lines.append("B/A time: the baseline's step time over ours (median of per-round ratios); for lamb and "
-                 "lamb_noclip, A is LAMB and B our AdamW, so 1/(B/A) is LAMB's cost in AdamW steps. B/p: bytes "
+                 "lamb_noclip, A is LAMB and B our AdamW, so 1/(B/A) is LAMB's cost in AdamW steps; for prefetch, "
+                 "A is ours with software prefetch off and B on, so B/A > 1 means off is faster here. B/p: bytes "
                  "moved per param.")
     return "\n".join(lines)
 
@@ -268,8 +306,15 @@ def main(argv=None):
     numel = args.numel or (2**16 if args.quick else big)
     iters = args.iters or (2 if args.quick else 5 if device.type == "cpu" else 20)
     rounds = args.rounds or (3 if args.quick else 7 if device.type == "cpu" else 5)
-    suites = args.suite or list(SUITES)
-    rows = [measure(cfg, device, numel, iters, rounds) for cfg in configs(suites, numel)]
+    suites = args.suite or [s for s in SUITES if device.type == "cpu" or s not in CPU_ONLY_SUITES]
+    if device.type != "cpu" and set(suites) & set(CPU_ONLY_SUITES):
+        ap.error(f"suites {', '.join(CPU_ONLY_SUITES)} run on the CPU only")
+    default_prefetch = _ext.cpu().prefetch() if device.type == "cpu" else None
+    try:
+        rows = [measure(cfg, device, numel, iters, rounds) for cfg in configs(suites, numel)]
+    finally:
+        if default_prefetch is not None:
+            _ext.cpu().prefetch(int(default_prefetch))
     threads = torch.get_num_threads()
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {threads} threads"
     text = (f"fused optimizer step, {numel / 2**20:g}M params, {where}; torch {torch.__version__}; "

@@ -125,6 +125,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("max_blocks"));
   m.def("chunk_offsets", &optim::chunk_offsets);
   m.def("chunk_size", &optim::cpu::chunk_size);
+  m.def("prefetch", &optim::cpu::prefetch, py::arg("enable") = -1);
   m.def("convert", &b::convert);
   m.def("claim_order", &optim::cpu::claim_order, py::arg("bounds"), py::arg("threads"), py::arg("backward"),
         py::arg("slow_us") = 0);

@@ -1,8 +1,10 @@
 #include "cpu_kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <thread>
@@ -106,17 +108,47 @@ void for_each_chunk(const std::vector<int64_t>& numel, int threads, const Body& 
 }
 
 // Elements are computed a piece at a time, each piece first asking for the
-// lines kAhead elements on: the hardware prefetchers alone kept fewer reads in
-// flight than memory can serve. An Adagrad loop over 16M on 2 cores: 5.8 ms
-// without, 5.3 ms 1 KiB ahead, 5.15 ms 2 KiB ahead, 5.3-5.8 ms 4-8 KiB ahead.
+// lines kAhead elements on (software prefetch), where that helps. On the
+// Intel machine these loops were tuned on, the hardware prefetchers alone
+// kept fewer reads in flight than memory can serve: an Adagrad loop over 16M
+// on 2 cores took 5.8 ms without, 5.3 ms 1 KiB ahead, 5.15 ms 2 KiB ahead,
+// 5.3-5.8 ms 4-8 KiB ahead. On AMD Zen 4 every prefetch scheme tried made the
+// loops slower: an AdamW loop over 16M on one core, 11.3 ms plain, 15.0 ms
+// 2 KiB ahead (read or write hints alike), 16.8 ms 8 KiB ahead; its L2
+// stream prefetcher keeps enough reads in flight by itself. So prefetch() is
+// on for other vendors and off on AMD (prefetch_default), and
+// FUSED_CPU_PREFETCH=0|1 decides where a machine measures otherwise.
 constexpr int64_t kPiece = 256, kAhead = 512, kLineFloats = 16;
 constexpr int64_t kAheadBytes = kAhead * int64_t(sizeof(float));  // 2 KiB, what sumsq_streams uses too
 
+bool prefetch_default() {
+  if (const char* env = std::getenv("FUSED_CPU_PREFETCH")) {
+    if (std::strcmp(env, "0") == 0) return false;
+    if (std::strcmp(env, "1") == 0) return true;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return !__builtin_cpu_is("amd");
+#else
+  return true;
+#endif
+}
+
+std::atomic<bool>& prefetch_flag() {
+  static std::atomic<bool> flag(prefetch_default());
+  return flag;
+}
+
+// Read once per piece: a uniform branch, predicted.
+bool prefetching() { return prefetch_flag().load(std::memory_order_relaxed); }
+
 // Elements [from, to) of op's chunk. By value: a local op's pointers cannot
 // alias the stores, so they stay in registers and the loop vectorizes.
-template <class Op> void run_range(const Op op, int64_t from, int64_t to) {
+template <class Op> void run_range(const Op op, int64_t from, int64_t to, bool prefetch) {
   // Past the end of an array a prefetch is only a hint: it never faults.
-  for (int64_t k = from; k < to; k += kLineFloats) op.prefetch(k + kAhead);
+  if (prefetch) {
+    for (int64_t k = from; k < to; k += kLineFloats) op.prefetch(k + kAhead);
+  }
 #pragma GCC ivdep
   for (int64_t i = from; i < to; ++i) {
     typename Op::Regs r;
@@ -126,16 +158,20 @@ template <class Op> void run_range(const Op op, int64_t from, int64_t to) {
 }
 
 template <class Op> void run_chunk(const Op& op, int64_t n) {
-  for (int64_t at = 0; at < n; at += kPiece) run_range(op, at, std::min(at + kPiece, n));
+  const bool prefetch = prefetching();
+  // Without prefetches, pieces serve nothing: one loop over the chunk.
+  if (!prefetch) return run_range(op, 0, n, false);
+  for (int64_t at = 0; at < n; at += kPiece) run_range(op, at, std::min(at + kPiece, n), prefetch);
 }
 
 // Runs up to kStreams chunks' ops side by side, 1 KiB of each in turn (see
 // sumsq_streams: more reads in flight per core).
 template <class Op> void run_streams(const Op* ops, const int64_t* n, int count) {
   const int64_t longest = *std::max_element(n, n + count);
+  const bool prefetch = prefetching();
   for (int64_t at = 0; at < longest; at += kPiece) {
     for (int k = 0; k < count; ++k) {
-      if (at < n[k]) run_range(ops[k], at, std::min(at + kPiece, n[k]));
+      if (at < n[k]) run_range(ops[k], at, std::min(at + kPiece, n[k]), prefetch);
     }
   }
 }
@@ -277,11 +313,14 @@ template <class Sum, class T> void sumsq_streams(const T* const* x, const int64_
   static_assert(kStreams == 4, "one Sum per stream below");
   Sum sums[kStreams] = {Sum(scale), Sum(scale), Sum(scale), Sum(scale)};
   const int64_t longest = *std::max_element(n, n + count);
+  const bool prefetch = prefetching();
   for (int64_t at = 0; at < longest; at += kSpan) {
     for (int k = 0; k < count; ++k) {
       if (at >= n[k]) continue;
       // A prefetch past the end of an array is only a hint: it never faults.
-      for (int64_t l = 0; l < kSpan; l += kLine) __builtin_prefetch(x[k] + at + kAheadAt + l, 0, 3);
+      if (prefetch) {
+        for (int64_t l = 0; l < kSpan; l += kLine) __builtin_prefetch(x[k] + at + kAheadAt + l, 0, 3);
+      }
       sums[k].add(x[k] + at, std::min(kSpan, n[k] - at));
     }
   }
@@ -301,10 +340,13 @@ template <class T> void chunk_sumsqs(const T* const* x, const int64_t* n, int co
 template <bool Stream, class Op> void lamb_update_chunk(const Op op, int64_t n, double* sums) {
   SumSq<kFma> p2(1.0), u2(1.0);
   alignas(64) float tile[kTile];
+  const bool prefetch = prefetching();
   for (int64_t base = 0; base < n; base += kTile) {
     const int64_t len = std::min(kTile, n - base);
     float* const u = Stream ? tile : op.u + base;
-    for (int64_t k = base; k < base + len; k += kLineFloats) op.prefetch(k + kAhead);
+    if (prefetch) {
+      for (int64_t k = base; k < base + len; k += kLineFloats) op.prefetch(k + kAhead);
+    }
 #pragma GCC ivdep
     for (int64_t i = 0; i < len; ++i) {
       typename Op::Regs r;
@@ -387,6 +429,11 @@ class WholeTensors {
 }  // namespace
 
 int64_t chunk_size() { return kChunk; }
+
+bool prefetch(int enable) {
+  if (enable >= 0) prefetch_flag().store(enable != 0, std::memory_order_relaxed);
+  return prefetching();
+}
 
 void adam(const TensorLists& lists, const StorageKinds& kinds, const AdamScalars& s, int threads) {
   if (s.skip) return;

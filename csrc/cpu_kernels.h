@@ -13,6 +13,11 @@ namespace optim::cpu {
 
 int64_t chunk_size();
 
+// Whether the loops issue software prefetches (see cpu_kernels.cpp: on by
+// default except on AMD, env FUSED_CPU_PREFETCH=0|1 overrides); enable 0 or 1
+// sets it for the process, -1 only reads it. Results do not depend on it.
+bool prefetch(int enable);
+
 void adam(const TensorLists& lists, const StorageKinds& kinds, const AdamScalars& s, int threads);
 void adagrad(const TensorLists& lists, const StorageKinds& kinds, const AdagradScalars& s, int threads);
 // with_buffer: the lists carry momentum buffers (momentum != 0).

@@ -17,7 +17,8 @@ EXPECTED = {("adamw", "float32", "float32", 1), ("adamw", "float32", "float32", 
             ("adamw", "bfloat16", "bfloat16", 1), ("adamw", "bfloat16", "bfloat16", 4),
             ("adagrad", "float32", "float32", 1), ("adagrad", "float32", "float32", 100),
             ("lamb", "float32", "float32", 1), ("lamb", "float32", "float32", 100),
-            ("lamb_noclip", "float32", "float32", 1), ("lamb_noclip", "float32", "float32", 100)}
+            ("lamb_noclip", "float32", "float32", 1), ("lamb_noclip", "float32", "float32", 100),
+            ("prefetch", "float32", "float32", 1), ("prefetch", "float32", "float32", 100)}
 
 
 def test_quick_run_prints_and_writes_every_row(tmp_path, capsys):
@@ -53,3 +54,31 @@ def test_suite_option_selects_rows(capsys):
     rows = bench_fused.main(["--quick", "--suite", "adagrad", "--rounds", "1", "--iters", "1"])
     assert [(r["suite"], r["tensors"]) for r in rows] == [("adagrad", 1), ("adagrad", 100)]
     assert "adagrad" in capsys.readouterr().out
+
+
+def test_prefetch_suite_times_both_settings_and_restores_the_default(capsys):
+    ext = bench_fused._ext.cpu()
+    default = ext.prefetch()
+    seen = []
+    real = ext.prefetch
+
+    class Spy:  # records every setting a step asks for, passing it on
+        def __getattr__(self, name):
+            return getattr(ext, name)
+
+        def prefetch(self, enable=-1):
+            if enable >= 0:
+                seen.append(enable)
+            return real(enable)
+
+    original = bench_fused._ext.cpu
+    bench_fused._ext.cpu = lambda: Spy()
+    try:
+        rows = bench_fused.main(["--quick", "--suite", "prefetch", "--rounds", "1", "--iters", "1"])
+    finally:
+        bench_fused._ext.cpu = original
+    assert [(r["ours_name"], r["baseline_name"], r["tensors"]) for r in rows] == [
+        ("adamw off", "adamw on", 1), ("adagrad off", "adagrad on", 100)]
+    assert 0 in seen and 1 in seen
+    assert ext.prefetch() is default
+    assert "prefetch" in capsys.readouterr().out
