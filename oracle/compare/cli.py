@@ -300,16 +300,17 @@ def scenario_names(args) -> tuple[list[str], bool]:
     return chosen, bool(args.case) and not args.case.startswith(SCENARIO_PREFIX)
 
 
-def plan(args, optimizers):
+def plan(args, optimizers, pool=None):
     from oracle.storage import canonical
     from .checking import cases as C
     from .running.driver import jobs_for
     dtypes = tuple(canonical(d) for d in args.dtype) if args.dtype else C.DTYPES
     targets = select_targets(args, optimizers, args.explicit_optimizer)
     scenarios, matrix = scenario_names(args)
+    reasons = availability(targets, args.device, pool)
     work, skipped = [], []
     for target in targets:
-        reason = target.unavailable(args.device)
+        reason = reasons[target.name]
         if reason is not None:  # one row for the whole target, not one per case
             skipped.append((target, reason))
             continue
@@ -317,6 +318,19 @@ def plan(args, optimizers):
     if args.case and not work:
         check_case_pattern(args.case, optimizers, dtypes, args.steps, scenarios)
     return work, skipped
+
+
+def availability(targets, device: str, pool=None) -> dict:
+    """{target name: why it is not usable on `device`, or None}. A target whose check is its own (it imports
+    its library: bitsandbytes, DeepSpeed, torchao) is asked in the pool's workers when there is a pool:
+    the library never loads in this process, and a worker that loads it for the check keeps it for the
+    jobs (the CLI imported bitsandbytes, and with it torch's compiler stack, for 2.7 s of a 3.4 s plan)."""
+    from .targets.base import checked_in_worker
+    if pool is None:
+        return {t.name: t.unavailable(device) for t in targets}
+    asked = [t for t in targets if checked_in_worker(t, device)]
+    reasons = pool.probe(asked, device)
+    return {t.name: reasons[t.name] if t.name in reasons else t.unavailable(device) for t in targets}
 
 
 def check_case_pattern(pattern: str, optimizers, dtypes, steps: int, scenarios) -> None:
@@ -543,6 +557,7 @@ def _main(argv) -> int:
 
 def _run(argv, started: list) -> int:
     from .checking.known import Judge, KnownFileError
+    from .running.workers import WorkerStartError
     phases.take()  # this run's phases only (tests call main() many times in one process)
     t_start = time.perf_counter()
     pool = None
@@ -557,11 +572,14 @@ def _run(argv, started: list) -> int:
                 pool = Pool(args.jobs or default_jobs(), args.timeout, args.memory_limit).prestart(1)
                 started.append(pool)
         with phase("plan: targets, availability, cases"):
-            work, skipped = plan(args, optimizers)
+            work, skipped = plan(args, optimizers, pool)
         judge = Judge.from_option(args.known, args.device)
     except (UsageError, KnownFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except WorkerStartError as exc:  # no worker to ask whether a library's targets are usable here
+        print(f"error: {exc}; stopped before any case ran: no report written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not work and not args.list:
         # everything selected is unavailable (e.g. --device cuda without a GPU): a run that
         # checked nothing must not look like a pass
@@ -588,7 +606,6 @@ def _run(argv, started: list) -> int:
         return EXIT_OK
     from .reporting.console import Progress, job_label
     from .running.driver import rows
-    from .running.workers import WorkerStartError
     from .reporting.publish import ReportDirError, ReportLock
     try:  # one run per report folder, for the whole run (released when the process ends)
         lock = ReportLock(args.report_dir, ["python", "-m", "oracle.compare", *argv], wait=args.wait,

@@ -45,6 +45,13 @@ THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THRE
 # DeepSpeed's extensions folder). So before each job a worker is sent every variable that changed in
 # the CLI since it started, as (ENV_UPDATE, {name: value, or None: removed}); its own (OWN_ENV) excepted.
 ENV_UPDATE = "environment"
+# (PROBE, target name, optimizer, device): is the target usable here? Its check imports its library (and
+# may run a kernel), which the CLI process never does: a library that crashes or hangs on import costs
+# one skip row naming that, not the run (Pool.probe).
+PROBE = "availability"
+# A probe's limit is at least this: a check may JIT-build a library's ops cold (DeepSpeed's five take
+# about 5 minutes on 2 cores), which the CLI used to wait out without a limit.
+PROBE_TIMEOUT_MIN = 1200.0
 OWN_ENV = frozenset({*THREAD_ENV, "TMPDIR", procs.TAG_ENV})
 
 
@@ -114,6 +121,15 @@ def _worker(conn, parent_pid: int) -> None:
                 else:
                     os.environ[key] = value
             continue
+        if job[0] == PROBE:
+            before = dict(os.environ)
+            with phases.phase("availability checks (targets' own)"):
+                reason, changes = probe_target(clean, *job[1:])
+            env = {k: v for k, v in env_changes(before, os.environ).items() if k not in OWN_ENV}
+            conn.send(("retired" if changes else "result", (reason, env), phases.take()))
+            if changes:
+                return
+            continue
         name, optimizer, case_name, seed, steps, device, pattern = job
         with phases.phase("job between integrity checks"):
             result, changes = judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern)
@@ -136,6 +152,23 @@ def judged_job(clean, name, optimizer, case_name, seed, steps, device, pattern):
         result = error_result(name, optimizer, case_name, seed, steps, f"{type(exc).__name__}: {exc}")
     procs.kill_escaped()  # a new session or a daemon the job left behind dies with the job
     return untampered(clean, result, name, optimizer, case_name, seed, steps)
+
+
+def probe_target(clean, name: str, optimizer: str, device: str) -> tuple[str | None, list[str]]:
+    """(why the target is not usable on `device`, or None; what its check changed in this process, which
+    tamper.changed watches, then put back: the worker is retired as after such a job)."""
+    from ..isolation import tamper
+    tamper.settle(clean)
+    try:
+        reason = resolve_target(name, optimizer).unavailable(device)
+    except Exception as exc:  # noqa: BLE001 - a check that raises makes the target unusable, saying why
+        reason = f"its availability check raised {type(exc).__name__}: {exc}"
+    procs.kill_escaped()
+    changes = tamper.changed(clean)
+    if changes:
+        tamper.settle(clean)
+        reason = f"its availability check changed the process that judges it ({'; '.join(changes[:4])})"
+    return reason, changes
 
 
 class _PatchedEnv:
@@ -231,6 +264,8 @@ class Pool:
         self.start_failures: list[str] = []  # why each start failed since a worker last came up
         self.workers: list[Worker] = []
         self.results: dict = {}
+        self._lost_result = None  # (item index, why) -> its result, set by _drive
+        self._item_timeout = timeout  # the limit of the items _drive hands out
         self.started = 0
         # "phases": what the workers measured (oracle.compare.measuring.phases), added up
         self.stats = {"workers_started": 0, "import_s": [], "spawn_s": [], "phases": {}}
@@ -256,19 +291,65 @@ class Pool:
         """Yield each (target, case, seed) job's result (a CaseResult or a list of them), in work order."""
         procs.sweep_stale_tmp()
         work = list(work)
-        todo = deque(range(len(work)))
-        nxt = 0
+
+        def message(i):
+            target, case, seed = work[i]
+            return (target.name, target.optimizer, case.name, seed, case.steps, device, getattr(case, "pattern", None))
+
+        def lost(i, why):
+            target, case, seed = work[i]
+            return error_result(target.name, target.optimizer, case.name, seed, case.steps, why)
+
         try:
-            while nxt < len(work):
-                self._fill(todo, work, device)
-                self._wait(work)
-                while nxt in self.results:
-                    yield self.results.pop(nxt)
-                    nxt += 1
+            yield from self._drive(len(work), message, lost)
         finally:
             self.close()
 
-    def _fill(self, todo: deque, work, device: str) -> None:
+    def probe(self, targets, device: str, timeout: float | None = None) -> dict:
+        """{target name: why it is not usable on `device`, or None}, each target's own check run in a worker
+        (PROBE), side by side on the pool's workers; what the checks set in their environment (DeepSpeed's
+        accelerator and extensions folder) is set here too, so every later worker inherits it. A check that
+        kills its worker, or runs past `timeout` (default: the pool's, at least PROBE_TIMEOUT_MIN), makes that
+        target unusable, saying so. The pool stays open for the run."""
+        targets = list(targets)
+        if not targets:
+            return {}
+
+        def lost(i, why):
+            return (f"checking whether it is usable here ended its worker process ({why})", {})
+
+        reasons = {}
+        limit = timeout if timeout is not None else max(self.timeout, PROBE_TIMEOUT_MIN)
+        checks = self._drive(len(targets), lambda i: (PROBE, targets[i].name, targets[i].optimizer, device), lost,
+                             limit)
+        try:
+            for target, (reason, env) in zip(targets, checks):
+                reasons[target.name] = reason
+                for key, value in env.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+        finally:
+            self.results.clear()  # none is a job's row
+        return reasons
+
+    def _drive(self, count: int, message, lost, timeout: float | None = None):
+        """Yield the results of items 0..count-1 in order: message(i) is sent to a free worker; lost(i, why)
+        is the result of an item whose worker died, ran past `timeout` (default: the pool's) or outgrew its
+        memory."""
+        todo = deque(range(count))
+        self._lost_result = lost
+        self._item_timeout = self.timeout if timeout is None else timeout
+        nxt = 0
+        while nxt < count:
+            self._fill(todo, message)
+            self._wait()
+            while nxt in self.results:
+                yield self.results.pop(nxt)
+                nxt += 1
+
+    def _fill(self, todo: deque, message) -> None:
         busy = sum(w.job is not None for w in self.workers)
         want = min(self.jobs, busy + len(todo))
         while len(self.workers) < want:
@@ -278,9 +359,7 @@ class Pool:
                 break
             if w.ready and w.job is None:
                 i = todo.popleft()
-                target, case, seed = work[i]
-                job = (target.name, target.optimizer, case.name, seed, case.steps, device,
-                       getattr(case, "pattern", None))
+                job = message(i)
                 try:
                     changes = env_changes(w.env, os.environ)
                     if changes:
@@ -290,9 +369,9 @@ class Pool:
                 except (BrokenPipeError, OSError):
                     todo.appendleft(i)  # it died idle: the next round replaces it
                     continue
-                w.job = (i, time.monotonic() + self.timeout)
+                w.job = (i, time.monotonic() + self._item_timeout)
 
-    def _wait(self, work) -> None:
+    def _wait(self) -> None:
         now = time.monotonic()
         # busy workers' job deadlines and starting workers' start-up deadlines (idle ones have none)
         deadlines = [w.job[1] if w.job else w.startup_deadline for w in self.workers if w.job or not w.ready]
@@ -310,10 +389,10 @@ class Pool:
             if id(w) in handled or w not in self.workers:
                 continue
             handled.add(id(w))
-            self._event(w, work)
-        self._check_limits(work)
+            self._event(w)
+        self._check_limits()
 
-    def _event(self, w: Worker, work) -> None:
+    def _event(self, w: Worker) -> None:
         msg = None
         if w.conn.poll():
             try:
@@ -321,7 +400,7 @@ class Pool:
             except (EOFError, OSError):
                 msg = None
         if msg is None:  # end of the pipe, or the process is gone
-            self._lost(w, w.why_dead(), work)
+            self._lost(w, w.why_dead())
             return
         kind, payload, *measured = msg
         if kind == "ready":
@@ -337,30 +416,29 @@ class Pool:
             if kind == "retired":
                 self._retire(w)
 
-    def _lost(self, w: Worker, why: str, work) -> None:
-        """The worker is gone (or being killed): its job, if any, becomes an error row."""
+    def _lost(self, w: Worker, why: str) -> None:
+        """The worker is gone (or being killed): its job, if any, gets the lost result (an error row)."""
         job = w.job
         self._retire(w)
         if job is None:
             if not w.ready:
                 self._start_failed(f"worker process did not start: {why}")
             return
-        target, case, seed = work[job[0]]
-        self.results[job[0]] = error_result(target.name, target.optimizer, case.name, seed, case.steps, why)
+        self.results[job[0]] = self._lost_result(job[0], why)
 
-    def _check_limits(self, work) -> None:
+    def _check_limits(self) -> None:
         now = time.monotonic()
         busy = [w.pid for w in self.workers if w.job is not None]
         rss = procs.tree_rss_mb(busy) if self.memory_limit_mb and busy else {}
         for w in list(self.workers):
             if w.job is not None and now >= w.job[1]:
-                self._lost(w, f"timed out after {self.timeout:g} s (worker killed)", work)
+                self._lost(w, f"timed out after {self._item_timeout:g} s (worker killed)")
             elif w.job is None and not w.ready and now >= w.startup_deadline:
                 self._retire(w)
                 self._start_failed(f"worker process did not start within {w.startup_deadline - w.started:g} s")
             elif w.job is not None and self.memory_limit_mb and rss.get(w.pid, 0.0) > self.memory_limit_mb:
                 self._lost(w, f"exceeded the memory limit of {self.memory_limit_mb:g} MB "
-                              f"(resident {rss[w.pid]:.0f} MB; worker killed)", work)
+                              f"(resident {rss[w.pid]:.0f} MB; worker killed)")
 
     def _start_failed(self, why: str) -> None:
         """The next _fill replaces the worker, with a doubled limit, until STARTUP_ATTEMPTS failed in a row."""
@@ -387,5 +465,5 @@ def run_isolated(work, device: str, timeout: float, jobs: int = 1, memory_limit_
     yield from pool.run(work, device)
 
 
-__all__ = ["ENV_UPDATE", "Pool", "Worker", "WorkerStartError", "default_jobs", "env_changes", "error_result",
+__all__ = ["ENV_UPDATE", "PROBE", "Pool", "Worker", "WorkerStartError", "default_jobs", "env_changes", "error_result",
            "run_isolated"]

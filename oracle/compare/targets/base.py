@@ -13,6 +13,13 @@ from typing import Callable
 import torch
 
 
+def no_requirements(device: str) -> None:
+    """The default `requires`: nothing beyond the target's declared devices (and CUDA for "cuda"). The
+    CLI checks such a target's availability itself; one with a check of its own (which imports its
+    library) is checked in a worker (oracle.compare.running.workers.Pool.probe)."""
+    return None
+
+
 @dataclass(frozen=True)
 class Target:
     """One implementation under test.
@@ -40,7 +47,7 @@ class Target:
     state_names: tuple = ()     # (implementation key, canonical name) pairs, see readback.read
     quantized: tuple = ()       # QuantEntry per state entry kept quantized (oracle.compare.measuring.quantized_state)
     options: frozenset = frozenset()
-    requires: Callable[[str], str | None] = lambda device: None
+    requires: Callable[[str], str | None] = no_requirements
     notes: str = ""
     scaling: Callable | None = None  # step(opt, inv_scale, found_inf) if grad scaling is supported
     in_default: bool = True  # part of a sweep that names no --target
@@ -145,9 +152,29 @@ def scaled_step_kwargs(opt, inv_scale, found_inf):
     opt.step(inv_scale=inv_scale, found_inf=found_inf)
 
 
+class FixedReason:
+    """A `requires` that returns the reason it was made with: nothing to import, so the CLI asks it itself."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __call__(self, device: str) -> str:
+        return self.reason
+
+
 def unusable(name: str, optimizer: str, reason: str) -> Target:
     """A target that cannot be built here, carrying the reason (one skip row)."""
-    return Target(name=name, optimizer=optimizer, make=None, convention=None, requires=lambda d, r=reason: r)
+    return Target(name=name, optimizer=optimizer, make=None, convention=None, requires=FixedReason(reason))
 
 
-__all__ = ["EngineSpec", "Target", "scaled_step_kwargs", "torch_make", "torch_scaled_step", "unusable", "with_counter"]
+def checked_in_worker(target: Target, device: str) -> bool:
+    """Whether the target's availability on `device` is asked in a worker process: when its `requires`
+    is a check of its own (importing its library, running a kernel: code the CLI process never runs)
+    and the declared devices do not already rule the device out. An outside optimizer whose conventions
+    are inferred (target.infer) was checked by the CLI before inference already."""
+    return (device in target.devices and not target.infer and (device != "cuda" or torch.cuda.is_available())
+            and not isinstance(target.requires, FixedReason) and target.requires is not no_requirements)
+
+
+__all__ = ["EngineSpec", "FixedReason", "Target", "checked_in_worker", "no_requirements", "scaled_step_kwargs",
+           "torch_make", "torch_scaled_step", "unusable", "with_counter"]
