@@ -115,3 +115,25 @@ def test_the_cli_process_never_imports_the_library_it_checks():
     jobs, skipped, imported = done.stdout.split()
     # usable (its kernel ran in the worker), planned, and never loaded here
     assert int(jobs) > 0 and skipped == "0" and imported == "False"
+
+
+def test_what_a_check_sets_in_its_environment_is_set_in_the_cli_too(monkeypatch):
+    """DeepSpeed's check sets DS_ACCELERATOR and TORCH_EXTENSIONS_DIR (where its ops are built) before
+    importing it; asked in a worker, the CLI still gets both, so every worker started later inherits
+    them and loads the ops from the same folder."""
+    import importlib.util
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("deepspeed is not installed")
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    engine = next(t for t in registry.every_target() if t.engine is not None and t.engine.client == "adamw")
+    assert checked_in_worker(engine, "cpu")
+    pool = workers.Pool(1)
+    try:
+        reasons = pool.probe([engine], "cpu")
+    finally:
+        pool.close()
+    assert reasons == {engine.name: None}
+    from oracle.compare.targets.deepspeed import default_extensions_dir
+    assert os.environ.get("DS_ACCELERATOR") == "cpu"
+    assert os.environ.get("TORCH_EXTENSIONS_DIR") == default_extensions_dir()
