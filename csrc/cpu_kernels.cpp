@@ -161,7 +161,7 @@ template <class Op> void run_chunk(const Op& op, int64_t n) {
   const bool prefetch = prefetching();
   // Without prefetches, pieces serve nothing: one loop over the chunk.
   if (!prefetch) return run_range(op, 0, n, false);
-  for (int64_t at = 0; at < n; at += kPiece) run_range(op, at, std::min(at + kPiece, n), prefetch);
+  for (int64_t at = 0; at < n; at += kPiece) run_range(op, at, std::min(at + kPiece, n), true);
 }
 
 // Runs up to kStreams chunks' ops side by side, 1 KiB of each in turn (see

@@ -63,6 +63,15 @@ def env_changes(then: dict, now) -> dict:
     return out
 
 
+def apply_env(changes: dict) -> None:
+    """Apply env_changes' {name: value, or None: removed} to this process's environment."""
+    for key, value in changes.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def default_jobs() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -115,11 +124,7 @@ def _worker(conn, parent_pid: int) -> None:
         if job is None:
             procs.exit_now(0)  # the pool waits for this exit: not a second of teardown
         if job[0] == ENV_UPDATE:  # what the CLI's environment gained or lost since this worker started
-            for key, value in job[1].items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+            apply_env(job[1])
             continue
         if job[0] == PROBE:
             before = dict(os.environ)
@@ -325,11 +330,7 @@ class Pool:
         try:
             for target, (reason, env) in zip(targets, checks):
                 reasons[target.name] = reason
-                for key, value in env.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
+                apply_env(env)
         finally:
             self.results.clear()  # none is a job's row
         return reasons
