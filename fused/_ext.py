@@ -2,8 +2,9 @@
 
 `torch.utils.cpp_extension.load` compiles csrc/ with ninja into a build
 directory (env FUSED_BUILD_DIR, default ~/.cache/optimizer-oracle/<torch, python,
-hash of the build key>): one folder per csrc/ content, flags and torch install,
-so environments and checkouts never share one. A library whose stamp matches
+hash of the build key>): one folder per csrc/ content, flags and torch build
+(version and git revision), so checkouts of other sources never share one, and
+fresh venvs of one torch wheel (every CI clone) do. A library whose stamp matches
 the key and its own sha256 is loaded as it is; otherwise torch's load rebuilds. No
 build isolation, no download: the installed torch's headers and libraries.
 
@@ -45,9 +46,9 @@ CUDA_CFLAGS = ["-O3", "--fmad=false", "-lineinfo"]
 
 
 def build_dir(name: str, key: dict) -> Path:
-    """<root>/torch<version>-py<XY>-<hash of key>/<name>: one folder per build key, so two environments
-    (another venv's torch install path) or two checkouts of different csrc/ never share a folder, and
-    neither can overwrite the library the other stamped."""
+    """<root>/torch<version>-py<XY>-<hash of key>/<name>: one folder per build key, so two checkouts of
+    different csrc/, flags or torch builds never share a folder, and neither can overwrite the library
+    the other stamped."""
     root = os.environ.get("FUSED_BUILD_DIR") or Path.home() / ".cache" / "optimizer-oracle"
     version = f"torch{torch.__version__.replace('+', '_')}-py{sys.version_info.major}{sys.version_info.minor}"
     path = Path(root) / f"{version}-{key_digest(key)}" / name
@@ -105,12 +106,14 @@ STAMP = ".oracle-build.json"  # in the build directory: build_key() of the libra
 
 def build_key(name: str, kwargs: dict) -> dict:
     """What a build depends on: every file of csrc/ (sources and headers, by content), the flags, the
-    torch and python versions and where torch is installed (its headers, by path, are in the build)."""
+    python version and torch's build (version and git revision: its headers and libraries). Not where
+    torch is installed: the library names torch's libraries by soname only (no rpath), and a stamped
+    library is imported as it is (_import_stamped), without the JIT build file that holds the paths."""
     digest = hashlib.sha256()
     for path in sorted(p for p in CSRC.iterdir() if p.is_file()):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return {"name": name, "csrc": digest.hexdigest(), "flags": repr(sorted(kwargs.items())), "torch": torch.__version__,
-            "torch_dir": os.path.dirname(torch.__file__), "python": sys.version.split()[0]}
+            "torch_build": torch.version.git_version, "python": sys.version.split()[0]}
 
 
 def library_digest(path: Path) -> str:

@@ -8,9 +8,9 @@
 #
 # The default directory is the one cache CI (.ci/run), the main job and the tests
 # share (the harness picks the same folder itself when TORCH_EXTENSIONS_DIR is unset):
-# keyed by python/torch/deepspeed versions, SIMD level (-march=native) and where torch
-# and deepspeed are installed (torch's build file holds absolute paths, so another venv
-# would rebuild). Each op says whether it is cached or why it is built.
+# keyed by python/torch/deepspeed versions, torch's git revision and SIMD level (-march=native),
+# not by install paths: every venv of those versions (each fresh CI clone) shares the built ops.
+# Each op says whether it is cached or why it is built.
 # Timings on 2 cores (AVX-512): cpu_adam ~73 s, cpu_adagrad ~40 s, fused_adam ~116 s, cpu_lion ~35 s, shm_comm ~20 s;
 # a cached load takes ~2 s (mostly importing deepspeed).
 set -euo pipefail

@@ -10,28 +10,32 @@ from oracle.compare.targets import deepspeed as dst
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_key_names_versions_simd_and_install_folders():
+def test_the_key_names_versions_torch_build_and_simd_not_install_folders():
     key = dst.cache_key()
-    assert set(key) == {"python", "torch", "deepspeed", "simd", "torch_dir", "deepspeed_dir"}
+    assert set(key) == {"python", "torch", "torch_build", "deepspeed", "simd"}
+    import torch
+    assert key["torch_build"] == torch.version.git_version  # read from torch/version.py, same value
     name = dst.cache_key_name(key)
     assert name == dst.cache_key_name(dict(key)) and "+" not in name
     assert name.startswith(f"py{key['python'].replace('.', '')}-torch")
-    # another venv (same versions, other paths) gets its own folder instead of rebuilding this one's
-    assert dst.cache_key_name({**key, "torch_dir": "/elsewhere/torch"}) != name
+    # a torch of other sources under the same version string gets its own folder
+    assert dst.cache_key_name({**key, "torch_build": "0" * 40}) != name
     assert dst.default_extensions_dir().endswith(name)
+    # no install path: fresh venvs of the same versions (each CI clone's) share one build
+    assert not any("/" in str(v) for v in key.values()), key
 
 
 def test_build_reason_says_why(tmp_path):
-    key = {**dst.cache_key(), "deepspeed": "0.19.8", "deepspeed_dir": "/venv/deepspeed"}
+    key = {**dst.cache_key(), "deepspeed": "0.19.8"}
     assert "no build of it" in dst.build_reason("cpu_adam", str(tmp_path), key)
     (tmp_path / "cpu_adam").mkdir()
     (tmp_path / "cpu_adam" / "cpu_adam.so").write_bytes(b"")
     assert "no record of what it was built for" in dst.build_reason("cpu_adam", str(tmp_path), key)
     dst._stamp("cpu_adam", str(tmp_path), key)
     assert dst.build_reason("cpu_adam", str(tmp_path), key) is None
-    other = {**key, "deepspeed_dir": "/other-venv/deepspeed"}
+    other = {**key, "deepspeed": "0.19.9"}
     why = dst.build_reason("cpu_adam", str(tmp_path), other)
-    assert "another setup" in why and "'/venv/deepspeed' -> '/other-venv/deepspeed'" in why
+    assert "another setup" in why and "'0.19.8' -> '0.19.9'" in why
     assert json.loads((tmp_path / "cpu_adam" / dst.STAMP).read_text())["deepspeed"] == "0.19.8"
 
 

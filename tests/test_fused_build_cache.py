@@ -81,16 +81,18 @@ def test_the_key_follows_every_file_of_csrc(tmp_path, monkeypatch):
 
 
 def test_each_build_key_has_its_own_folder(tmp_path, monkeypatch):
-    """Another venv (another torch install path), other flags or another checkout's csrc/ never share
-    a folder: one could otherwise rebuild the library the other had stamped, and the other load it."""
+    """Another torch build, other flags or another checkout's csrc/ never share a folder: one could
+    otherwise rebuild the library the other had stamped, and the other load it. Where torch is installed
+    is not in the key (no path is): fresh venvs of one torch wheel, each CI clone's, share the build."""
     monkeypatch.setenv("FUSED_BUILD_DIR", str(tmp_path))
     key = _ext.build_key("fused_optim_cpu", {"x": 1})
     here = _ext.build_dir("fused_optim_cpu", key)
     assert here.is_dir() and here.parent.parent == tmp_path
-    for other in ({**key, "torch_dir": "/elsewhere/site-packages/torch"}, {**key, "csrc": "1" * 64},
+    for other in ({**key, "torch_build": "0" * 40}, {**key, "csrc": "1" * 64},
                   _ext.build_key("fused_optim_cpu", {"x": 2})):
         assert _ext.build_dir("fused_optim_cpu", other) != here
     assert _ext.build_dir("fused_optim_cpu", dict(key)) == here
+    assert not any(os.sep in str(v) for k, v in key.items() if k != "flags"), key
 
 
 def test_a_library_that_is_not_the_one_stamped_is_rebuilt(tmp_path, monkeypatch):

@@ -13,9 +13,9 @@ unchanged; `configure_env()` points that variable at a shared cache
 (`default_extensions_dir()`) unless the caller already set it, and
 scripts/build_deepspeed_ops.sh prebuilds into it. The ops are compiled with
 -march=native, so the default cache directory is keyed by the SIMD level of
-this CPU as well as the torch/deepspeed/python versions, and by where torch and
-deepspeed are installed (torch's build file holds absolute paths: another venv
-rebuilds). Each build says on stderr what it builds and why (build_reason). A build
+this CPU as well as the python/torch/deepspeed versions and torch's build (its git
+revision), never by where they are installed: a fresh venv of the same versions
+(every CI clone) reuses the ops. Each build says on stderr what it builds and why (build_reason). A build
 stamped for this key is imported from its .so as it is (load_op): a DeepSpeed
 install edited in place, at the same version, is not noticed; remove the
 cache folder after such an edit.
@@ -86,11 +86,11 @@ Engine wrappers: see engine_construction_probe / EngineRun below.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import json
 import os
 import platform
+import re
 import sys
 import time
 
@@ -146,31 +146,36 @@ def _dist_version(name: str) -> str:
         return "none"
 
 
-def _install_dir(name: str) -> str:
-    """Where a package is installed (without importing it)."""
+@functools.lru_cache(maxsize=None)
+def _torch_build() -> str:
+    """torch's git revision, read from torch/version.py without importing torch: two installs of one
+    wheel share it, and a build from other sources at the same version string does not."""
     try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
+        spec = importlib.util.find_spec("torch")
+        folder = list(spec.submodule_search_locations or [])[0]
+        with open(os.path.join(folder, "version.py")) as fh:
+            text = fh.read()
+    except (ImportError, ValueError, IndexError, TypeError, AttributeError, OSError):
         return "none"
-    return os.path.dirname(spec.origin) if spec is not None and spec.origin else "none"
+    found = re.search(r"^git_version\s*=\s*['\"]([^'\"]*)['\"]", text, re.MULTILINE)
+    return found.group(1) if found else "unknown"
 
 
 def cache_key() -> dict:
-    """What a build of the ops depends on beyond their sources: the versions, the SIMD level
-    (-march=native) and where torch and deepspeed are installed: torch's JIT build writes the
-    absolute source and include paths into its build file, so the same versions in another venv
-    rebuild every op (and two venvs sharing one folder would rebuild each other's)."""
+    """What a build of the ops depends on beyond their sources: the versions, torch's build (git
+    revision: its headers and libraries) and the SIMD level (-march=native). Not where torch and
+    deepspeed are installed: a built op names torch's libraries by soname only (no rpath), and a
+    stamped build is imported from its .so without torch's JIT step (load_op), whose build file holds
+    absolute paths. So every venv of the same versions (each fresh CI clone) shares one build."""
     return {"python": f"{sys.version_info.major}.{sys.version_info.minor}", "torch": _dist_version("torch"),
-            "deepspeed": _dist_version("deepspeed"), "simd": _simd_tag(), "torch_dir": _install_dir("torch"),
-            "deepspeed_dir": _install_dir("deepspeed")}
+            "torch_build": _torch_build(), "deepspeed": _dist_version("deepspeed"), "simd": _simd_tag()}
 
 
 def cache_key_name(key: dict | None = None) -> str:
-    """The cache folder's name: py311-torch2.13.0_cpu-ds0.19.8-avx512-1a2b3c4d (last: the install folders)."""
+    """The cache folder's name: py311-torch2.13.0_cpu-ds0.19.8-avx512-cf30153c (last: torch's git revision)."""
     key = key or cache_key()
-    where = hashlib.sha256(f"{key['torch_dir']}\n{key['deepspeed_dir']}".encode()).hexdigest()[:8]
-    return (f"py{key['python'].replace('.', '')}-torch{key['torch']}-ds{key['deepspeed']}-{key['simd']}-{where}"
-            .replace("+", "_"))
+    return (f"py{key['python'].replace('.', '')}-torch{key['torch']}-ds{key['deepspeed']}-{key['simd']}-"
+            f"{key['torch_build'][:8]}").replace("+", "_")
 
 
 def default_extensions_dir() -> str:
