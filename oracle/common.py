@@ -485,10 +485,21 @@ def _alike(hparams) -> list[int]:
     return out
 
 
+_PLAIN = (float, int, bool, str)
+
+
+def _equal_value(x, y) -> bool:
+    # plain Python values compare directly (the same answer as np.all of their comparison, NaN unequal,
+    # without NumPy's dispatch: this runs for every group of every oracle step)
+    if type(x) in _PLAIN and type(y) in _PLAIN:
+        return bool(x == y)
+    return bool(np.all(x == y))
+
+
 def equal_hparams(a, b) -> bool:
     """Hyperparameter dicts equal key for key (NaN never equal; an array value compares whole)."""
     try:
-        return a.keys() == b.keys() and all(bool(np.all(a[k] == b[k])) for k in a)
+        return a.keys() == b.keys() and all(_equal_value(a[k], b[k]) for k in a)
     except (TypeError, ValueError):
         return False
 

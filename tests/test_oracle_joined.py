@@ -104,3 +104,9 @@ def test_alike_compares_hyperparameters_whole():
     assert common._alike([{"lr": 0.1}, {"lr": 0.2}, {"lr": 0.1}]) == [0, 1, 0]
     assert common._alike([{"lr": float("nan")}, {"lr": float("nan")}]) == [0, 1]
     assert common._alike([{"lr": 0.1, "betas": (0.9, 0.99)}, {"lr": 0.1, "betas": (0.9, 0.999)}]) == [0, 1]
+    # plain values compare directly, anything else through NumPy, with the same answers
+    assert common._alike([{"lr": 1}, {"lr": 1.0}, {"lr": True}, {"lr": np.float64(1.0)}]) == [0, 0, 0, 0]
+    assert common._alike([{"w": np.array([1.0, 2.0])}, {"w": np.array([1.0, 2.0])}, {"w": np.array([1.0, 3.0])}]) \
+        == [0, 0, 2]
+    assert common._alike([{"lr": np.float64("nan")}, {"lr": np.float64("nan")}]) == [0, 1]
+    assert common._alike([{"lr": 0.1}, {"lr": 0.1, "eps": 1e-8}]) == [0, 1]

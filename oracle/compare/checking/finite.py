@@ -192,7 +192,7 @@ def culprit(spec, convention, hparams: list[dict], params, grads, state: OptStat
 
 
 def all_finite(arrays) -> bool:
-    return all(a is None or bool(np.all(np.isfinite(np.asarray(a, dtype=np.float64)))) for a in arrays)
+    return all(a is None or bool(np.isfinite(np.asarray(a, dtype=np.float64)).all()) for a in arrays)
 
 
 def first_nonfinite(after) -> tuple | None:

@@ -221,6 +221,7 @@ class Worker:
         self.job = None          # (work index, deadline) of the job it runs
         self.stopping = False    # told to exit (stop)
         self.dispatched = 0.0
+        self.libraries: set = set()  # libraries its jobs and checks have imported (library_of)
 
     @property
     def pid(self) -> int:
@@ -306,7 +307,7 @@ class Pool:
             return error_result(target.name, target.optimizer, case.name, seed, case.steps, why)
 
         try:
-            yield from self._drive(len(work), message, lost)
+            yield from self._drive(len(work), message, lost, libraries=[library_of(t, device) for t, _, _ in work])
         finally:
             self.close()
 
@@ -325,8 +326,10 @@ class Pool:
 
         reasons = {}
         limit = timeout if timeout is not None else max(self.timeout, PROBE_TIMEOUT_MIN)
+        # a library's checks go to the worker that imported it first; another worker waits rather than
+        # import it too (the checks after the first are quick, the import is not)
         checks = self._drive(len(targets), lambda i: (PROBE, targets[i].name, targets[i].optimizer, device), lost,
-                             limit)
+                             limit, [library_of(t, device) for t in targets], wait_for_owner=True)
         try:
             for target, (reason, env) in zip(targets, checks):
                 reasons[target.name] = reason
@@ -335,13 +338,16 @@ class Pool:
             self.results.clear()  # none is a job's row
         return reasons
 
-    def _drive(self, count: int, message, lost, timeout: float | None = None):
+    def _drive(self, count: int, message, lost, timeout: float | None = None, libraries: list | None = None,
+               wait_for_owner: bool = False):
         """Yield the results of items 0..count-1 in order: message(i) is sent to a free worker; lost(i, why)
         is the result of an item whose worker died, ran past `timeout` (default: the pool's) or outgrew its
-        memory."""
-        todo = deque(range(count))
+        memory. libraries[i]: the library item i imports (library_of), which picks the worker (_pick)."""
+        self._libraries = libraries or [None] * count
+        todo = _Todo(self._libraries)
         self._lost_result = lost
         self._item_timeout = self.timeout if timeout is None else timeout
+        self._wait_for_owner = wait_for_owner
         nxt = 0
         while nxt < count:
             self._fill(todo, message)
@@ -350,7 +356,7 @@ class Pool:
                 yield self.results.pop(nxt)
                 nxt += 1
 
-    def _fill(self, todo: deque, message) -> None:
+    def _fill(self, todo: "_Todo", message) -> None:
         busy = sum(w.job is not None for w in self.workers)
         want = min(self.jobs, busy + len(todo))
         while len(self.workers) < want:
@@ -359,7 +365,9 @@ class Pool:
             if not todo:
                 break
             if w.ready and w.job is None:
-                i = todo.popleft()
+                i = self._pick(todo, w)
+                if i is None:
+                    continue
                 job = message(i)
                 try:
                     changes = env_changes(w.env, os.environ)
@@ -371,6 +379,13 @@ class Pool:
                     todo.appendleft(i)  # it died idle: the next round replaces it
                     continue
                 w.job = (i, time.monotonic() + self._item_timeout)
+                if self._libraries[i] is not None:
+                    w.libraries.add(self._libraries[i])
+
+    def _pick(self, todo: "_Todo", w: Worker):
+        """The item `w` runs next, taken out of `todo` (_Todo.take); None: it waits."""
+        return todo.take(w.libraries, [(o.libraries, o.ready) for o in self.workers if o is not w],
+                         wait=self._wait_for_owner)
 
     def _wait(self) -> None:
         now = time.monotonic()
@@ -457,6 +472,63 @@ class Pool:
         for w in list(self.workers):
             w.close()
         self.workers.clear()
+
+
+class _Todo:
+    """The items not yet handed out, in work order, kept per library (library_of) so that a worker's next
+    item is found without scanning the rest (take)."""
+
+    def __init__(self, libraries: list):
+        self.libraries = libraries
+        self.queues: dict = {}
+        for i, lib in enumerate(libraries):
+            self.queues.setdefault(lib, deque()).append(i)
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    def appendleft(self, i: int) -> None:
+        self.queues[self.libraries[i]].appendleft(i)
+
+    def take(self, mine: set, others: list, wait: bool = False):
+        """The next item for a worker that has imported the libraries `mine`, while the other workers (each
+        `others` entry: (the libraries it imported, whether it is ready)) have imported theirs:
+
+        1. the first item of a library it has;
+        2. else the first that imports none;
+        3. else the first of a library no other worker has, unless it has one already and another worker
+           has none (that one takes it: each library is imported by one worker while there are workers);
+        4. else the first, or with `wait` None where another worker will take it (the checks after a
+           library's first are quick, its import is not).
+
+        So a library that costs a second to import (bitsandbytes) is imported by one worker, not by each,
+        while there is other work for the rest. Which worker runs a job never changes its row (every job
+        runs between the same integrity checks), and results are yielded in work order whatever the order
+        they ran in."""
+        heads = {lib: q[0] for lib, q in self.queues.items() if q}
+        if not heads:
+            return None
+        elsewhere = set().union(*(libs for libs, _ in others))
+        bare_other = any(not libs for libs, _ in others)
+        for allowed in (lambda lib: lib is not None and lib in mine, lambda lib: lib is None,
+                        lambda lib: lib not in elsewhere and not (mine and bare_other)):
+            firsts = [i for lib, i in heads.items() if allowed(lib)]
+            if firsts:
+                return self._pop(min(firsts))
+        if wait and (bare_other or any(ready for _, ready in others)):
+            return None
+        return self._pop(min(heads.values()))
+
+    def _pop(self, i: int) -> int:
+        self.queues[self.libraries[i]].popleft()
+        return i
+
+
+def library_of(target, device: str) -> str | None:
+    """The library a target's jobs import beyond torch and the engine (every worker has those): its name's
+    first part ("bnb", "deepspeed", "torchao") where its availability is a check of its own, else None."""
+    from ..targets.base import checked_in_worker
+    return target.name.split(".", 1)[0] if checked_in_worker(target, device) else None
 
 
 def run_isolated(work, device: str, timeout: float, jobs: int = 1, memory_limit_mb: float | None = None,

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-import torch
-
 
 def no_requirements(device: str) -> None:
     """The default `requires`: nothing beyond the target's declared devices (and CUDA for "cuda"). The
@@ -94,7 +92,7 @@ class Target:
     def unavailable(self, device: str) -> str | None:
         if device not in self.devices:
             return f"{self.name} does not run on {device}"
-        if device == "cuda" and not torch.cuda.is_available():
+        if device == "cuda" and not cuda_available():
             return "CUDA is not available"
         return self.requires(device)
 
@@ -125,6 +123,13 @@ class EngineSpec:
     worlds: tuple = (1, 2)
 
 
+def cuda_available() -> bool:
+    """torch imported here only when a CUDA device is asked about: the CLI plans a CPU run without it
+    (a second of CPU that its workers, which import torch anyway, would otherwise wait for)."""
+    import torch
+    return torch.cuda.is_available()
+
+
 def torch_make(cls, **flags):
     def make(groups, defaults):
         return cls(groups, **{**defaults, **flags})
@@ -133,6 +138,7 @@ def torch_make(cls, **flags):
 
 def torch_scaled_step(opt, inv_scale, found_inf):
     """torch's fused path reads grad_scale/found_inf attributes set by GradScaler."""
+    import torch
     dev = opt.param_groups[0]["params"][0].device if opt.param_groups[0]["params"] else "cpu"
     opt.grad_scale = torch.tensor(1.0 / inv_scale, dtype=torch.float32, device=dev)
     opt.found_inf = torch.tensor(float(found_inf), dtype=torch.float32, device=dev)
@@ -172,7 +178,7 @@ def checked_in_worker(target: Target, device: str) -> bool:
     is a check of its own (importing its library, running a kernel: code the CLI process never runs)
     and the declared devices do not already rule the device out. An outside optimizer whose conventions
     are inferred (target.infer) was checked by the CLI before inference already."""
-    return (device in target.devices and not target.infer and (device != "cuda" or torch.cuda.is_available())
+    return (device in target.devices and not target.infer and (device != "cuda" or cuda_available())
             and not isinstance(target.requires, FixedReason) and target.requires is not no_requirements)
 
 
