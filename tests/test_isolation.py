@@ -142,6 +142,14 @@ def test_a_worker_started_before_the_plan_gets_the_environment_the_plan_leaves(t
     assert rows["PlannedEnvAdamW"]["status"] == "pass", rows["PlannedEnvAdamW"]["reason"]
 
 
+def test_a_sweep_starts_every_worker_before_the_plan_and_a_narrow_run_one():
+    from oracle.compare import cli
+    assert cli.prestarted(cli.parser().parse_args(["--optimizer", "adamw"])) == 2
+    for narrow in (["--target", "torch.adamw.forloop"], ["--case", "adamw/fp32/wd0.1/single/normal"],
+                   ["--impl", "torch.optim:AdamW"]):
+        assert cli.prestarted(cli.parser().parse_args(["--optimizer", "adamw", *narrow])) == 1, narrow
+
+
 def test_environment_changes_name_what_differs_but_a_workers_own_variables():
     from oracle.compare.running.workers import OWN_ENV, env_changes
     then = {"A": "1", "B": "2", "TMPDIR": "/mine", **{k: "1" for k in OWN_ENV}}
