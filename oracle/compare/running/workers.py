@@ -14,6 +14,13 @@ dies by itself (a segfault) costs the same row. A fresh worker takes its
 place for the remaining jobs. On the way out (the end, an exception, Ctrl-C)
 every worker's group is killed and its private temporary folder removed.
 
+Which worker runs which job: a target whose availability is a check of its own imports a library
+beyond torch (bitsandbytes: a second, most of it torch's compiler stack; DeepSpeed with its ops).
+Such a library's checks and jobs go to the worker that imported it first, while the others have other
+work, and different libraries go to different workers (_Todo.take): on the default job this saves a
+bitsandbytes import per run. A worker never idles while a job is left, so load balance comes first.
+Which worker runs a job, and in which order, never changes its row; results come back in work order.
+
 Each worker runs torch, OpenMP and BLAS with one thread (OMP_NUM_THREADS=1
 set before torch loads; torch.set_num_threads(1)): N single-threaded workers
 on N cores do not spin against each other. A target that asks for more
