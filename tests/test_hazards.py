@@ -103,6 +103,19 @@ def test_guard_catches_a_planted_write(layout):
     assert res.findings[0].index == (span - view.storage_offset(),)
 
 
+def test_guards_of_one_layout_share_their_reference_and_each_sees_only_its_own_writes():
+    (a, ga), (b, gb) = (allocate(np.ones(4), torch.bfloat16, "cpu", n, "strided") for n in ("a", "b"))
+    assert ga.reference is gb.reference  # read once per layout and dtype (every guard holds SENTINEL)
+    with torch.no_grad():
+        ga.buffer[a.storage_offset() + 1] = 0.0  # a's gap only
+    res_a, res_b = CheckResult("bounds"), CheckResult("bounds")
+    ga.check(res_a, 1)
+    gb.check(res_b, 1)
+    assert not res_a.passed and res_b.passed
+    (c, gc), = [allocate(np.ones(4), torch.float32, "cpu", "c", "strided")]
+    assert gc.reference is not ga.reference and not gc.changed()  # another dtype: its own bits
+
+
 def test_guard_sees_a_write_into_a_gap_and_a_changed_input():
     view, guard = allocate(np.ones(4), torch.bfloat16, "cpu", "g", "strided")
     assert view.stride() == (2,)

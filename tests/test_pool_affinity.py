@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from oracle.compare import registry
 from oracle.compare.checking import cases as C
 from oracle.compare.running import workers
@@ -91,3 +93,17 @@ def test_jobs_run_out_of_order_come_back_in_work_order():
         pool.close()
     assert [(r.target, r.seed) for r in rows] == [(t.name, seed) for t, _, seed in work]
     assert all(r.status == "pass" for r in rows), [(r.target, r.status) for r in rows]
+
+
+def test_a_worker_lists_the_registry_once_and_finds_what_find_finds(monkeypatch):
+    monkeypatch.setattr(workers, "_LISTED", {})
+    calls = []
+    every = registry.every_target
+    monkeypatch.setattr(registry, "every_target", lambda: calls.append(1) or every())
+    for name in ("torch.adamw.forloop", "bnb.adamw8bit", "torch.adamw.forloop"):
+        got, found = workers.resolve_target(name, "adamw"), registry.find(name, "adamw")
+        assert (got.name, got.convention, got.options, got.dtypes) == \
+            (found.name, found.convention, found.options, found.dtypes)
+    assert len(calls) == 1 + 3  # one listing for the worker; find lists at every call
+    with pytest.raises(LookupError, match="no.such.target"):  # an unknown name raises as find does
+        workers.resolve_target("no.such.target", "adamw")

@@ -34,7 +34,7 @@ class Guard:
         self.name, self.buffer, self.view = name, buffer, view
         self.outside, self.offsets, self.count = layout.outside, layout.offsets, layout.count
         self.start = view.storage_offset()
-        self.reference = _bits(buffer)[self.outside].clone()
+        self.reference = layout.reference(buffer)
 
     def changed(self) -> list[int]:
         """Offsets (relative to the view's start) of guard elements whose bits changed."""
@@ -75,7 +75,7 @@ def allocate(values, dtype: torch.dtype, device, name: str, layout: str = "conti
     if layout == "transposed" and len(shape) == 2:
         strides = (1, shape[0])  # the transpose of a contiguous (cols, rows) block
     else:
-        strides = tuple(torch.empty(shape).stride()) if shape else ()
+        strides = _contiguous_strides(shape)
         if layout == "strided":
             strides = tuple(2 * s for s in strides)
     span = (1 + sum((n - 1) * s for n, s in zip(shape, strides))) if x.numel() else 0
@@ -84,6 +84,15 @@ def allocate(values, dtype: torch.dtype, device, name: str, layout: str = "conti
     with torch.no_grad():
         view.copy_(x)
     return view, Guard(name, buffer, view, _layout(buffer.numel(), shape, strides))
+
+
+def _contiguous_strides(shape: tuple) -> tuple:
+    """torch's strides of a contiguous tensor of `shape` (a size-1 dimension's stride as torch sets it)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 class _Layout:
@@ -97,6 +106,16 @@ class _Layout:
         self.outside = ~inside
         self.offsets = torch.nonzero(self.outside).reshape(-1)
         self.count = int(self.offsets.numel())
+        self._references: dict = {}
+
+    def reference(self, buffer: torch.Tensor) -> torch.Tensor:
+        """The guards' bits of a buffer of this layout just filled (every guard SENTINEL): the same for
+        every buffer of one dtype and device, so read from the first one and shared (only read)."""
+        key = (buffer.dtype, buffer.device)
+        bits = self._references.get(key)
+        if bits is None:
+            bits = self._references[key] = _bits(buffer)[self.outside].clone()
+        return bits
 
 
 _LAYOUTS: dict = {}
