@@ -130,10 +130,10 @@ def test_a_worker_started_before_the_plan_gets_the_environment_the_plan_leaves(t
     order = []
     prestart, plan = isolate.Pool.prestart, cli.plan
 
-    def planned(args, optimizers, pool=None):
+    def planned(args, optimizers, pool=None, judge=None):
         order.append("plan")
         monkeypatch.setenv("ORACLE_TEST_PLANNED", PLANNED)
-        return plan(args, optimizers, pool)
+        return plan(args, optimizers, pool, judge)
 
     monkeypatch.setattr(isolate.Pool, "prestart", lambda self, n=1: order.append("prestart") or prestart(self, n))
     monkeypatch.setattr(cli, "plan", planned)

@@ -107,3 +107,29 @@ def test_a_worker_lists_the_registry_once_and_finds_what_find_finds(monkeypatch)
     assert len(calls) == 1 + 3  # one listing for the worker; find lists at every call
     with pytest.raises(LookupError, match="no.such.target"):  # an unknown name raises as find does
         workers.resolve_target("no.such.target", "adamw")
+
+
+def test_jobs_run_while_a_check_imports_its_library_are_not_run_again(tmp_path, monkeypatch):
+    """A worker with no check to run takes the run's unchecked jobs (Pool.probe's early); run() then
+    hands back their rows, in work order, without sending them again."""
+    folder = tmp_path / "shadow"
+    (folder / "bitsandbytes").mkdir(parents=True)
+    (folder / "bitsandbytes" / "__init__.py").write_text("import time\ntime.sleep(4)\nraise ImportError('slow')\n")
+    shadow_in_workers(monkeypatch, folder)
+    forloop, bnb = registry.find("torch.adamw.forloop", "adamw"), registry.find("bnb.adamw32bit", "adamw")
+    case = next(c for c in C.cases("adamw", ("float32",), 3) if c.name == CASE)
+    early = [(forloop, case, seed) for seed in range(4)]
+    pool = workers.Pool(2, timeout=120).prestart(2)
+    sent = []
+    send = workers.Pool._send
+    monkeypatch.setattr(workers.Pool, "_send", lambda self, w, job: sent.append(job) or send(self, w, job))
+    try:
+        assert "slow" in pool.probe([bnb], "cpu", early=early)["bnb.adamw32bit"]
+        ran_early = len(pool.early_done)
+        assert ran_early >= 1  # the other worker ran jobs while the check slept
+        rows = list(pool.run(early, "cpu"))
+    finally:
+        pool.close()
+    jobs = [j for j in sent if j[0] == "torch.adamw.forloop"]
+    assert len(jobs) == len(early)  # each job sent once: early or in run(), never both
+    assert [(r.target, r.seed, r.status) for r in rows] == [("torch.adamw.forloop", s, "pass") for s in range(4)]

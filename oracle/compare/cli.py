@@ -300,27 +300,45 @@ def scenario_names(args) -> tuple[list[str], bool]:
     return chosen, bool(args.case) and not args.case.startswith(SCENARIO_PREFIX)
 
 
-def plan(args, optimizers, pool=None):
+def plan(args, optimizers, pool=None, judge=None):
+    """(work, skipped): the run's (target, case, seed) jobs and the unusable targets with why. With a
+    pool, the jobs of targets that need no check of their own start while the checks run (Pool.probe's
+    early jobs, seeing the environment the run gives every job: `judge`'s known-findings file)."""
     from oracle.storage import canonical
     from .checking import cases as C
     from .running.driver import jobs_for
+    from .targets.base import checked_in_worker
     dtypes = tuple(canonical(d) for d in args.dtype) if args.dtype else C.DTYPES
     targets = select_targets(args, optimizers, args.explicit_optimizer)
     scenarios, matrix = scenario_names(args)
-    reasons = availability(targets, args.device, pool)
+
+    def jobs(target):
+        return jobs_for(target, dtypes, args.steps, args.seed or [0], args.case, scenarios, matrix)
+
+    early = []
+    if pool is not None and args.shard is None:  # a shard runs a part of the work, known only at the end
+        early = [job for t in targets if not checked_in_worker(t, args.device) and t.unavailable(args.device) is None
+                 for job in jobs(t)]
+    if judge is not None and early:
+        judge.export_env()
+    try:
+        reasons = availability(targets, args.device, pool, early)
+    finally:
+        if judge is not None and early:
+            judge.restore_env()
     work, skipped = [], []
     for target in targets:
         reason = reasons[target.name]
         if reason is not None:  # one row for the whole target, not one per case
             skipped.append((target, reason))
             continue
-        work += jobs_for(target, dtypes, args.steps, args.seed or [0], args.case, scenarios, matrix)
+        work += jobs(target)
     if args.case and not work:
         check_case_pattern(args.case, optimizers, dtypes, args.steps, scenarios)
     return work, skipped
 
 
-def availability(targets, device: str, pool=None) -> dict:
+def availability(targets, device: str, pool=None, early=()) -> dict:
     """{target name: why it is not usable on `device`, or None}. A target whose check is its own (it imports
     its library: bitsandbytes, DeepSpeed, torchao) is asked in the pool's workers when there is a pool:
     the library never loads in this process, and a worker that loads it for the check keeps it for the
@@ -329,7 +347,7 @@ def availability(targets, device: str, pool=None) -> dict:
     if pool is None:
         return {t.name: t.unavailable(device) for t in targets}
     asked = [t for t in targets if checked_in_worker(t, device)]
-    reasons = pool.probe(asked, device)
+    reasons = pool.probe(asked, device, early=early)
     return {t.name: reasons[t.name] if t.name in reasons else t.unavailable(device) for t in targets}
 
 
@@ -581,9 +599,9 @@ def _run(argv, started: list) -> int:
                 from .running.workers import Pool, default_jobs
                 pool = Pool(args.jobs or default_jobs(), args.timeout, args.memory_limit).prestart(prestarted(args))
                 started.append(pool)
-        with phase("plan: targets, availability, cases"):
-            work, skipped = plan(args, optimizers, pool)
         judge = Judge.from_option(args.known, args.device)
+        with phase("plan: targets, availability, cases"):
+            work, skipped = plan(args, optimizers, pool, judge)
     except (UsageError, KnownFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -292,6 +292,11 @@ class Pool:
         self.results: dict = {}
         self._lost_result = None  # (item index, why) -> its result, set by _drive
         self._item_timeout = timeout  # the limit of the items _drive hands out
+        # jobs a worker may run while availability checks are still out (probe's `early`), and their
+        # results by job message, for run() to take instead of running them again
+        self._early: list = []
+        self._early_next = 0
+        self.early_done: dict = {}
         self.started = 0
         # "phases": what the workers measured (oracle.compare.measuring.phases), added up
         self.stats = {"workers_started": 0, "import_s": [], "spawn_s": [], "phases": {}}
@@ -319,27 +324,35 @@ class Pool:
         work = list(work)
 
         def message(i):
-            target, case, seed = work[i]
-            return (target.name, target.optimizer, case.name, seed, case.steps, device, getattr(case, "pattern", None))
+            return job_message(*work[i], device)
 
         def lost(i, why):
-            target, case, seed = work[i]
-            return error_result(target.name, target.optimizer, case.name, seed, case.steps, why)
+            return lost_job(*work[i], why)
 
+        # jobs run early (while the availability checks were out) are not run again
+        done = {i: self.early_done.pop(message(i)) for i in range(len(work)) if message(i) in self.early_done}
+        self.early_done.clear()
         try:
-            yield from self._drive(len(work), message, lost, libraries=[library_of(t, device) for t, _, _ in work])
+            yield from self._drive(len(work), message, lost, libraries=[library_of(t, device) for t, _, _ in work],
+                                   done=done)
         finally:
             self.close()
 
-    def probe(self, targets, device: str, timeout: float | None = None) -> dict:
+    def probe(self, targets, device: str, timeout: float | None = None, early=()) -> dict:
         """{target name: why it is not usable on `device`, or None}, each target's own check run in a worker
         (PROBE), side by side on the pool's workers; what the checks set in their environment (DeepSpeed's
         accelerator and extensions folder) is set here too, so every later worker inherits it. A check that
         kills its worker, or runs past `timeout` (default: the pool's, at least PROBE_TIMEOUT_MIN), makes that
-        target unusable, saying so. The pool stays open for the run."""
+        target unusable, saying so. The pool stays open for the run.
+
+        early: (target, case, seed) jobs of the run that need no check (torch's own paths, ours). A worker
+        with no check to run meanwhile (the others are importing a library for theirs) runs these, in
+        order, until the last check is back; run() then takes their results instead of running them (a
+        job's row does not depend on when or where it ran; jobs see the same environment as in run())."""
         targets = list(targets)
         if not targets:
             return {}
+        self._early, self._early_next, self._early_device = list(early), 0, device
 
         def lost(i, why):
             return (f"checking whether it is usable here ended its worker process ({why})", {})
@@ -354,27 +367,37 @@ class Pool:
             for target, (reason, env) in zip(targets, checks):
                 reasons[target.name] = reason
                 apply_env(env)
+            while any(w.job is not None and _is_early(w.job[0]) for w in self.workers):
+                self._wait()  # the early jobs still running finish; no other is handed out
+            for key in [k for k in self.results if _is_early(k)]:
+                self.early_done[job_message(*self._early[key[1]], device)] = self.results.pop(key)
         finally:
-            self.results.clear()  # none is a job's row
+            self.results.clear()  # what is left is no job's row
+            self._early = []
         return reasons
 
     def _drive(self, count: int, message, lost, timeout: float | None = None, libraries: list | None = None,
-               wait_for_owner: bool = False):
+               wait_for_owner: bool = False, done: dict | None = None):
         """Yield the results of items 0..count-1 in order: message(i) is sent to a free worker; lost(i, why)
         is the result of an item whose worker died, ran past `timeout` (default: the pool's) or outgrew its
-        memory. libraries[i]: the library item i imports (library_of), which picks the worker (_pick)."""
+        memory. libraries[i]: the library item i imports (library_of), which picks the worker (_pick).
+        done: results of items already run (probe's early jobs), yielded in their place."""
         self._libraries = libraries or [None] * count
-        todo = _Todo(self._libraries)
+        done = done or {}
+        self.results.update(done)
+        todo = _Todo(self._libraries, skip=done)
         self._lost_result = lost
         self._item_timeout = self.timeout if timeout is None else timeout
         self._wait_for_owner = wait_for_owner
         nxt = 0
-        while nxt < count:
-            self._fill(todo, message)
-            self._wait()
-            while nxt in self.results:
+        while True:
+            while nxt in self.results:  # done ones first: a wait with nothing out would last its full timeout
                 yield self.results.pop(nxt)
                 nxt += 1
+            if nxt >= count:
+                return
+            self._fill(todo, message)
+            self._wait()
 
     def _fill(self, todo: "_Todo", message) -> None:
         busy = sum(w.job is not None for w in self.workers)
@@ -382,25 +405,39 @@ class Pool:
         while len(self.workers) < want:
             self._start()
         for w in self.workers:
-            if not todo:
-                break
-            if w.ready and w.job is None:
-                i = self._pick(todo, w)
-                if i is None:
-                    continue
-                job = message(i)
-                try:
-                    changes = env_changes(w.env, os.environ)
-                    if changes:
-                        w.conn.send((ENV_UPDATE, changes))
-                        w.env = dict(os.environ)
-                    w.conn.send(job)
-                except (BrokenPipeError, OSError):
-                    todo.appendleft(i)  # it died idle: the next round replaces it
-                    continue
-                w.job = (i, time.monotonic() + self._item_timeout)
-                if self._libraries[i] is not None:
-                    w.libraries.add(self._libraries[i])
+            if not (w.ready and w.job is None):
+                continue
+            i = self._pick(todo, w) if todo else None
+            if i is None:
+                self._send_early(w)
+                continue
+            if not self._send(w, message(i)):
+                todo.appendleft(i)  # it died idle: the next round replaces it
+                continue
+            w.job = (i, time.monotonic() + self._item_timeout)
+            if self._libraries[i] is not None:
+                w.libraries.add(self._libraries[i])
+
+    def _send(self, w: Worker, job) -> bool:
+        """Send `job` to an idle worker, after what the CLI's environment gained or lost since its last one."""
+        try:
+            changes = env_changes(w.env, os.environ)
+            if changes:
+                w.conn.send((ENV_UPDATE, changes))
+                w.env = dict(os.environ)
+            w.conn.send(job)
+        except (BrokenPipeError, OSError):
+            return False
+        return True
+
+    def _send_early(self, w: Worker) -> None:
+        """The next early job (probe) to a worker that has no check to run, with the pool's job limit."""
+        if self._early_next >= len(self._early):
+            return
+        k = self._early_next
+        if self._send(w, job_message(*self._early[k], self._early_device)):
+            self._early_next += 1
+            w.job = (("early", k), time.monotonic() + self.timeout)
 
     def _pick(self, todo: "_Todo", w: Worker):
         """The item `w` runs next, taken out of `todo` (_Todo.take); None: it waits."""
@@ -460,6 +497,9 @@ class Pool:
             if not w.ready:
                 self._start_failed(f"worker process did not start: {why}")
             return
+        if _is_early(job[0]):
+            self.results[job[0]] = lost_job(*self._early[job[0][1]], why)
+            return
         self.results[job[0]] = self._lost_result(job[0], why)
 
     def _check_limits(self) -> None:
@@ -468,7 +508,8 @@ class Pool:
         rss = procs.tree_rss_mb(busy) if self.memory_limit_mb and busy else {}
         for w in list(self.workers):
             if w.job is not None and now >= w.job[1]:
-                self._lost(w, f"timed out after {self._item_timeout:g} s (worker killed)")
+                limit = self.timeout if _is_early(w.job[0]) else self._item_timeout
+                self._lost(w, f"timed out after {limit:g} s (worker killed)")
             elif w.job is None and not w.ready and now >= w.startup_deadline:
                 self._retire(w)
                 self._start_failed(f"worker process did not start within {w.startup_deadline - w.started:g} s")
@@ -498,11 +539,12 @@ class _Todo:
     """The items not yet handed out, in work order, kept per library (library_of) so that a worker's next
     item is found without scanning the rest (take)."""
 
-    def __init__(self, libraries: list):
+    def __init__(self, libraries: list, skip=()):
         self.libraries = libraries
         self.queues: dict = {}
         for i, lib in enumerate(libraries):
-            self.queues.setdefault(lib, deque()).append(i)
+            if i not in skip:
+                self.queues.setdefault(lib, deque()).append(i)
 
     def __len__(self) -> int:
         return sum(len(q) for q in self.queues.values())
@@ -542,6 +584,20 @@ class _Todo:
     def _pop(self, i: int) -> int:
         self.queues[self.libraries[i]].popleft()
         return i
+
+
+def job_message(target, case, seed, device: str) -> tuple:
+    """What a worker is sent for one (target, case, seed) job; also its key among early results."""
+    return (target.name, target.optimizer, case.name, seed, case.steps, device, getattr(case, "pattern", None))
+
+
+def lost_job(target, case, seed, why: str):
+    """The error row of a job whose worker died, ran past its limit or outgrew its memory."""
+    return error_result(target.name, target.optimizer, case.name, seed, case.steps, why)
+
+
+def _is_early(key) -> bool:
+    return isinstance(key, tuple)
 
 
 def library_of(target, device: str) -> str | None:
