@@ -312,13 +312,17 @@ def plan(args, optimizers, pool=None, judge=None):
     targets = select_targets(args, optimizers, args.explicit_optimizer)
     scenarios, matrix = scenario_names(args)
 
-    def jobs(target):
-        return jobs_for(target, dtypes, args.steps, args.seed or [0], args.case, scenarios, matrix)
+    made: dict = {}
+
+    def jobs(k):  # targets[k]'s jobs, made once (early ones are the same jobs as the work's)
+        if k not in made:
+            made[k] = jobs_for(targets[k], dtypes, args.steps, args.seed or [0], args.case, scenarios, matrix)
+        return made[k]
 
     early = []
     if pool is not None and args.shard is None:  # a shard runs a part of the work, known only at the end
-        early = [job for t in targets if not checked_in_worker(t, args.device) and t.unavailable(args.device) is None
-                 for job in jobs(t)]
+        early = [job for k, t in enumerate(targets)
+                 if not checked_in_worker(t, args.device) and t.unavailable(args.device) is None for job in jobs(k)]
     if judge is not None and early:
         judge.export_env()
     try:
@@ -327,12 +331,12 @@ def plan(args, optimizers, pool=None, judge=None):
         if judge is not None and early:
             judge.restore_env()
     work, skipped = [], []
-    for target in targets:
+    for k, target in enumerate(targets):
         reason = reasons[target.name]
         if reason is not None:  # one row for the whole target, not one per case
             skipped.append((target, reason))
             continue
-        work += jobs(target)
+        work += jobs(k)
     if args.case and not work:
         check_case_pattern(args.case, optimizers, dtypes, args.steps, scenarios)
     return work, skipped

@@ -35,15 +35,24 @@ def every_target() -> list[Target]:
             + gpu_targets() + outside_targets() + own)
 
 
-def find(name: str, optimizer: str | None = None) -> Target:
-    """The target with this name ('impl:module:Name' loads a user optimizer)."""
+def find(name: str, optimizer: str | None = None, listed: dict | None = None) -> Target:
+    """The target with this name ('impl:module:Name' loads a user optimizer). listed: a caller's
+    by_name(every_target()), kept where the list is the same at every call (a worker's jobs)."""
     from .targets.declare import with_inferred
     if name.startswith("impl:"):
         return load_impl(name[5:], optimizer=optimizer)
-    for target in every_target():
-        if target.name == name:
-            return with_inferred(target)
-    raise LookupError(f"no target named {name!r}")
+    target = (listed if listed is not None else by_name(every_target())).get(name)
+    if target is None:
+        raise LookupError(f"no target named {name!r}")
+    return with_inferred(target)
+
+
+def by_name(targets) -> dict:
+    """{name: target}, the first target of a name where several share it (as find takes it)."""
+    out: dict = {}
+    for target in targets:
+        out.setdefault(target.name, target)
+    return out
 
 
 def select(patterns: list[str], optimizers: list[str], explicit: bool) -> list[Target]:
@@ -61,4 +70,4 @@ def torch_targets() -> list[Target]:
     return make(records())
 
 
-__all__ = ["builtin_targets", "every_target", "find", "load_impl", "probe_import", "select", "torch_targets"]
+__all__ = ["builtin_targets", "by_name", "every_target", "find", "load_impl", "probe_import", "select", "torch_targets"]

@@ -86,24 +86,18 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-_LISTED: dict = {}  # this worker's registry.every_target() by name, listed at its first job
+_LISTED: dict = {}  # this worker's registry.by_name(every_target()), listed at its first job
 
 
 def resolve_target(name: str, optimizer: str):
     """Rebuild a target from its name inside the worker (targets hold closures and do not pickle). The
     registry's list is the same at every job of a process (built-in and library targets, whose checks
-    and imports happen when used), so it is listed once per worker (1.3 ms a job otherwise); what this
-    run inferred for an outside optimizer is applied at each job, as find does. A user's `impl:` target
-    is loaded afresh each time."""
-    from ..registry import every_target, find
-    from ..targets.declare import with_inferred
-    if name.startswith("impl:"):
-        return find(name, optimizer)
-    if not _LISTED:
-        for target in every_target():
-            _LISTED.setdefault(target.name, target)  # the first of a name, as find takes it
-    target = _LISTED.get(name)
-    return find(name, optimizer) if target is None else with_inferred(target)
+    and imports happen when used), so it is listed once per worker (1.3 ms a job otherwise); find still
+    applies what this run inferred for an outside optimizer, and loads a user's `impl:` target afresh."""
+    from ..registry import by_name, every_target, find
+    if not _LISTED and not name.startswith("impl:"):
+        _LISTED.update(by_name(every_target()))
+    return find(name, optimizer, _LISTED)
 
 
 def run_job(target, case_name: str, seed: int, steps: int, device: str, pattern=None):
@@ -295,7 +289,7 @@ class Pool:
         # jobs a worker may run while availability checks are still out (probe's `early`), and their
         # results by job message, for run() to take instead of running them again
         self._early: list = []
-        self._early_next = 0
+        self._early_next, self._early_device = 0, "cpu"
         self.early_done: dict = {}
         self.started = 0
         # "phases": what the workers measured (oracle.compare.measuring.phases), added up
@@ -330,7 +324,8 @@ class Pool:
             return lost_job(*work[i], why)
 
         # jobs run early (while the availability checks were out) are not run again
-        done = {i: self.early_done.pop(message(i)) for i in range(len(work)) if message(i) in self.early_done}
+        done = {i: self.early_done[key] for i, key in enumerate(map(message, range(len(work))))
+                if key in self.early_done}
         self.early_done.clear()
         try:
             yield from self._drive(len(work), message, lost, libraries=[library_of(t, device) for t, _, _ in work],
