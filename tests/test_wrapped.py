@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from oracle.compare import scenarios as S
-from oracle.compare.scenarios.torch_wrappers import WRAPPERS, Gathered, Holder
+from oracle.compare.scenarios.torch_modules import Holder
+from oracle.compare.scenarios.torch_wrappers import WRAPPERS, Gathered
 from oracle.compare.registry import find, load_impl
 from oracle.compare.scenarios import wrapped_worker as W
 

@@ -605,6 +605,9 @@ def _run(argv, started: list) -> int:
                 started.append(pool)
         judge = Judge.from_option(args.known, args.device)
         with phase("plan: targets, availability, cases"):
+            if pool is not None:  # the classes the targets wrap, as a worker read them: no torch here
+                from .targets.classes import learn
+                learn(pool.class_facts())
             work, skipped = plan(args, optimizers, pool, judge)
     except (UsageError, KnownFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -35,6 +35,14 @@ def every_target() -> list[Target]:
             + gpu_targets() + outside_targets() + own)
 
 
+def class_paths() -> list[str]:
+    """Every optimizer class the target list reads (oracle.compare.targets.classes): torch's, named by
+    the optimizers' records, and our fused ones."""
+    import fused
+    named = [rec.torch_class for rec in records().values() if rec.torch_class]
+    return list(dict.fromkeys(named + [path for path, _ in fused.CLASSES.values()]))
+
+
 def find(name: str, optimizer: str | None = None, listed: dict | None = None) -> Target:
     """The target with this name ('impl:module:Name' loads a user optimizer). listed: a caller's
     by_name(every_target()), kept where the list is the same at every call (a worker's jobs)."""
@@ -70,4 +78,4 @@ def torch_targets() -> list[Target]:
     return make(records())
 
 
-__all__ = ["builtin_targets", "by_name", "every_target", "find", "load_impl", "probe_import", "select", "torch_targets"]
+__all__ = ["builtin_targets", "by_name", "class_paths", "every_target", "find", "load_impl", "probe_import", "select", "torch_targets"]

@@ -7,7 +7,7 @@ the uninterrupted run (roundtrip, checkpoint scenario, rank shards), and
 from __future__ import annotations
 
 import numpy as np
-import torch
+from ..lazy_torch import torch
 
 from ..measuring.checks import CheckResult, Finding, same_bits
 

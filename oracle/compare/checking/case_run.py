@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
+from ..lazy_torch import torch
 
 import oracle
 from oracle.common import OptState, state_shape
@@ -32,8 +32,15 @@ from .lockstep import Lockstep, new_state_format
 from ..measuring.quantized_state import format_of, is_quantized, store as store_quantized, ulp_dtype
 from ..measuring.readback import Snapshot, counter_location, math_params, to_numpy, to_tensor
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-                "float64": torch.float64, "complex64": torch.complex64, "complex128": torch.complex128}
+DTYPES = ("float32", "bfloat16", "float16", "float64", "complex64", "complex128")  # torch names them alike
+
+
+def torch_dtype(name: str):
+    """The torch dtype of a format name (a function, not a table: the table would import torch with
+    this module, which the CLI imports too: oracle.compare.lazy_torch)."""
+    if name not in DTYPES:
+        raise KeyError(name)
+    return getattr(torch, name)
 CHECKS = ("lockstep", "quantized", "rounding", "finite", "bounds", "trajectory", "counters", "schema", "roundtrip")
 
 EXTRA_STEPS = 3  # continuation length after a checkpoint reload
@@ -61,7 +68,7 @@ class CaseResult:
 def make_params(case: C.Case, seed: int, device: str, guards: list | None = None) -> list:
     """The case's params; with `guards`, each inside a guarded buffer (oracle.compare.checking.guards) whose
     Guard is appended there."""
-    dt = TORCH_DTYPES[case.dtype]
+    dt = torch_dtype(case.dtype)
     if guards is None:
         return [[to_tensor(p, dt, device).requires_grad_() for p in group]
                 for group in C.initial_params(case, seed)]

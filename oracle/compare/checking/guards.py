@@ -12,7 +12,7 @@ element just before the tensor and numel*stride the one just past a strided view
 """
 from __future__ import annotations
 
-import torch
+from ..lazy_torch import torch
 
 from ..measuring.checks import CheckResult, Finding, bit_words
 from ..measuring.readback import element, to_tensor

@@ -39,14 +39,23 @@ def reproducing(results, device: str, report_json: str, inferred: set) -> None:
         r.repro = repro_command(r, device, inferred_from=report_json)
 
 
+def _torch_version(metadata) -> str:
+    """torch's version as its distribution records it (the CLI imports no torch); torch.__version__
+    where no distribution says (a source tree on the path)."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        from ..targets.classes import torch_version
+        return torch_version()
+
+
 def versions() -> dict:
     """Versions of what ran: read from the installed distributions, since the
     libraries themselves are imported only inside the worker processes."""
     from importlib import metadata
 
     import numpy
-    import torch
-    out = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}
+    out = {"python": platform.python_version(), "torch": _torch_version(metadata), "numpy": numpy.__version__}
     for dist in THIRD_PARTY:
         try:
             out[dist] = metadata.version(dist)

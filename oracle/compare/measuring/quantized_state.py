@@ -85,9 +85,8 @@ def _host(t) -> np.ndarray:
 def bnb_entry(name: str, fmt: str, codes: str, absmax: str, qmap: str) -> QuantEntry:
     """bitsandbytes' 8-bit blockwise state: uint8 codes under `codes`, float32 block absmax under
     `absmax`, the code book under `qmap` (optim/optimizer.py init_state)."""
-    import torch
-
     def read(st):
+        import torch  # here, not when the entry is declared: the CLI lists the targets without torch
         c = st.get(codes)
         if not isinstance(c, torch.Tensor) or c.dtype != torch.uint8:
             return None

@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
+from ..lazy_torch import torch
 
 # Every state key some optimizer's spec defines reads under its own name;
 # master weights under the names libraries give them.

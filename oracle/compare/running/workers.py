@@ -97,6 +97,8 @@ def resolve_target(name: str, optimizer: str):
     from ..registry import by_name, every_target, find
     if not _LISTED and not name.startswith("impl:"):
         _LISTED.update(by_name(every_target()))
+        from .. import lazy_torch
+        lazy_torch.bind()  # the target modules the listing imported
     return find(name, optimizer, _LISTED)
 
 
@@ -131,8 +133,15 @@ def _worker(conn, parent_pid: int) -> None:
         # torch.optim.Optimizer's constructor imports torch._dynamo on first use (a second and a half):
         # every job builds one, so it is paid here, where a worker started before the plan overlaps it
         import torch._dynamo  # noqa: F401
+        from .. import lazy_torch
+        from ..registry import class_paths
+        from ..targets import classes
+        lazy_torch.bind()  # the engine's modules read torch directly from here on
+        # what the CLI lists the targets by, read here since the CLI imports no torch (targets.classes)
+        facts = classes.read_all(class_paths())
         clean = tamper.snapshot()  # before any target code ran in this process
-    conn.send(("ready", {"import_s": time.perf_counter() - t0, "pid": os.getpid(), "phases": phases.take()}))
+    conn.send(("ready", {"import_s": time.perf_counter() - t0, "pid": os.getpid(), "phases": phases.take(),
+                         "classes": facts}))
     while True:
         job = conn.recv()
         if job is None:
@@ -301,6 +310,18 @@ class Pool:
         while len(self.workers) < min(n, self.jobs):
             self._start()
         return self
+
+    def class_facts(self) -> dict:
+        """What the first worker up read of the optimizer classes the targets wrap (targets.classes
+        read_all, sent with "ready"), waiting for one to be up. Raises WorkerStartError as a run does
+        when no worker starts."""
+        while True:
+            for w in self.workers:
+                if w.ready:
+                    return w.info.get("classes") or {}
+            if not self.workers:
+                self._start()
+            self._wait()
 
     def _start(self) -> None:
         limit = self.startup_timeout * 2 ** len(self.start_failures)

@@ -6,7 +6,7 @@ import io
 import time
 from dataclasses import replace
 
-import torch
+from ..lazy_torch import torch
 
 from ..checking.bitwise import compare_bits, state_bits
 from ..checking.cases import SHORT

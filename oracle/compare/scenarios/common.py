@@ -12,13 +12,13 @@ import traceback
 import zlib
 
 import numpy as np
-import torch
+from ..lazy_torch import torch
 
 from oracle.storage import round_to
 
 from ..measuring.checks import CheckResult
 from ..optimizers import records
-from ..checking.case_run import TORCH_DTYPES, CaseResult
+from ..checking.case_run import CaseResult, torch_dtype
 
 
 def base_hparams(optimizer: str) -> dict | None:
@@ -66,7 +66,7 @@ def values(seed: int, shape, dtype: str, scale: float, *tags) -> np.ndarray:
 
 
 def tensor(x: np.ndarray, dtype: str, device: str, leaf=True) -> torch.Tensor:
-    t = torch.tensor(np.asarray(x), dtype=TORCH_DTYPES[dtype], device=device)
+    t = torch.tensor(np.asarray(x), dtype=torch_dtype(dtype), device=device)
     return t.requires_grad_() if leaf else t
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import time
 
-import torch
+from ..lazy_torch import torch
 
 from ..checking.bitwise import bits_finding
 from ..measuring.checks import CheckResult, Finding, same_bits

@@ -13,7 +13,7 @@ from oracle.spec import GUARD, shaped
 
 from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep
-from ..checking.case_run import TORCH_DTYPES
+from ..checking.case_run import torch_dtype
 from ..checking.cases import with_regime
 from . import scenario
 from ..checking.guards import allocate
@@ -68,7 +68,7 @@ def _guarded(x: np.ndarray, dtype, device, kind, name: str, guards: list, leaf: 
     """A tensor with the values of x inside a guarded buffer (oracle.compare.checking.guards): kind "t" a
     transposed layout, "s" every other element (guards in the gaps), else contiguous."""
     layout = {"t": "transposed", "s": "strided"}.get(kind, "contiguous")
-    view, guard = allocate(x, TORCH_DTYPES[dtype], device, name, layout)
+    view, guard = allocate(x, torch_dtype(dtype), device, name, layout)
     guards.append(guard)
     return view.requires_grad_() if leaf else view
 

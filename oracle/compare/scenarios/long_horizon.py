@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 
-import torch
+from ..lazy_torch import torch
 
 import oracle
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-import torch
+from ..lazy_torch import torch
 
 from ..measuring.checks import CheckResult, Finding
 from ..checking.lockstep import Lockstep

@@ -6,7 +6,7 @@ import pickle
 import time
 from dataclasses import replace
 
-import torch
+from ..lazy_torch import torch
 
 
 from ..isolation import ranks

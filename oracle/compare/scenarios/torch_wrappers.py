@@ -39,50 +39,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+from ..lazy_torch import torch
 
-
-class Leaf(torch.nn.Module):
-    """One param and its term of the loss: a module of its own, so that FSDP2 can
-    shard it as a layer (its forward is what triggers the per-layer all-gather)."""
-
-    def __init__(self, p: torch.Tensor):
-        super().__init__()
-        self.w = torch.nn.Parameter(p.detach().clone())
-
-    def forward(self, x):
-        return (self.w * x).sum()
-
-
-class Holder(torch.nn.Module):
-    """A model that is only its params: loss = sum over params of (p * x_p).sum(),
-    so the local grad of p is exactly the data x_p. Each param lives in a Leaf."""
-
-    def __init__(self, groups: list[list[torch.Tensor]]):
-        super().__init__()
-        self.groups = groups
-        self.leaves = torch.nn.ModuleList(Leaf(p) for ps in groups for p in ps)
-
-    def layers(self) -> list[list[Leaf]]:
-        out, k = [], 0
-        for ps in self.groups:
-            out.append(list(self.leaves[k:k + len(ps)]))
-            k += len(ps)
-        return out
-
-    def param_groups(self) -> list[list[torch.nn.Parameter]]:
-        """Read afresh on every call: FSDP2 replaces the registered params by DTensors."""
-        return [[leaf.w for leaf in row] for row in self.layers()]
-
-    def forward(self, data):
-        out = None
-        for row, xs in zip(self.layers(), data):
-            for leaf, x in zip(row, xs):
-                term = leaf(x)
-                out = term if out is None else out + term
-        return out
+if TYPE_CHECKING:  # the model is defined where only rank processes import it
+    from .torch_modules import Holder
 
 
 def full(t):
@@ -360,5 +322,5 @@ WRAPPERS = {
 # Wrappers the task names that are not run (yet), with why: the report and docs carry this text.
 UNAVAILABLE: dict = {}
 
-__all__ = ["DistWrapper", "Gathered", "Holder", "Leaf", "UNAVAILABLE", "WRAPPERS", "Wrapped", "build_ddp",
+__all__ = ["DistWrapper", "Gathered", "UNAVAILABLE", "WRAPPERS", "Wrapped", "build_ddp",
            "build_zero", "fsdp2_builder", "full"]

@@ -11,7 +11,7 @@ import os
 import pickle
 import time
 
-import torch
+from ..lazy_torch import torch
 
 from ..isolation import ranks
 from ..measuring.checks import CheckResult

@@ -99,7 +99,7 @@ def main(job_path: str) -> None:
 
 
 def run_rank(job: dict, rank: int, world: int, target, wrapper, teardown: bool = True) -> None:
-    from .torch_wrappers import Holder
+    from .torch_modules import Holder
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     seed, hp, (K, E), device = job["seed"], job["hparams"], job["steps"], job["device"]
     checks = {n: CheckResult(n) for n in ("construction", "checkpoint_init", "lockstep", "counters", "allreduce",

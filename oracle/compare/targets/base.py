@@ -130,12 +130,6 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def torch_make(cls, **flags):
-    def make(groups, defaults):
-        return cls(groups, **{**defaults, **flags})
-    return make
-
-
 def torch_scaled_step(opt, inv_scale, found_inf):
     """torch's fused path reads grad_scale/found_inf attributes set by GradScaler."""
     import torch
@@ -183,4 +177,4 @@ def checked_in_worker(target: Target, device: str) -> bool:
 
 
 __all__ = ["EngineSpec", "FixedReason", "Target", "checked_in_worker", "no_requirements", "scaled_step_kwargs",
-           "torch_make", "torch_scaled_step", "unusable", "with_counter"]
+           "torch_scaled_step", "unusable", "with_counter"]

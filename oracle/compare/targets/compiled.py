@@ -29,12 +29,12 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 
-import torch
-
 import oracle
 
+from . import classes
+from ..lazy_torch import torch
 from .base import Target
-from .torch_optim import TORCH_DECLARED, accepted_options, float32_counter, torch_class
+from .torch_optim import TORCH_DECLARED, accepted_options, float32_counter
 
 # Measured on this project's 2-core CPU machine (tests/test_compiled.py
 # prints it; docs/wrappers.md): the first compile of a step is ~2-3 s with a
@@ -80,10 +80,10 @@ class CompiledStep:
         return out
 
 
-def compiled_make(cls):
+def compiled_make(path: str):
     def make(groups, defaults):
         torch._dynamo.reset()  # a fresh cache: no silent eager fallback after many instances
-        opt = cls(groups, **defaults)
+        opt = classes.class_at(path)(groups, **defaults)
         opt.step = CompiledStep(opt.step)  # instance attribute: shadows Optimizer.step
         return opt
     return make
@@ -123,13 +123,13 @@ def compiled_targets(records: dict) -> list[Target]:
     for name, rec in records.items():
         if rec.torch_class is None:
             continue
-        cls = torch_class(rec.torch_class)
+        cls = classes.info(rec.torch_class)
         out.append(Target(
-            name=f"torch.{name}.compiled", optimizer=name, make=compiled_make(cls),
+            name=f"torch.{name}.compiled", optimizer=name, make=compiled_make(rec.torch_class),
             convention=compiled_convention(name), devices=("cpu", "cuda"), compute=compiled_compute(name),
             options=accepted_options(cls, name), declared=TORCH_DECLARED, requires=compiler_missing,
             in_default=False, subset=SUBSET, subset_reason=SUBSET_REASON, no_fork=NO_FORK,
-            notes=f"torch {torch.__version__} torch.compile({cls.__name__}(...).step), inductor"))
+            notes=f"torch {classes.torch_version()} torch.compile({cls.name}(...).step), inductor"))
     return out
 
 

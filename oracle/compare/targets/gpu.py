@@ -109,7 +109,8 @@ from oracle.adam import APEX_ADAMW, TORCH_ADAM, TORCH_ADAMW, AdamConvention
 from oracle.adagrad import AdagradConvention
 from oracle.lamb import APEX_LAMB, DEEPSPEED_LAMB
 
-from .base import Target, torch_make as _torch_make, torch_scaled_step as _torch_scaled_step
+from . import classes
+from .base import Target, torch_scaled_step as _torch_scaled_step
 from .bitsandbytes_torchao import _version, make_factory
 from .torch_optim import TORCH_DECLARED, float32_counter
 
@@ -231,26 +232,24 @@ def _apex_lamb_make(groups, hparams):
 
 def gpu_targets() -> list[Target]:
     """Every CUDA-only adapter. Cheap: imports no third-party library."""
-    import torch
-
     from oracle import adagrad as oa
     from oracle import adam as oadam
     from oracle import lamb as ol
     out = []
     # --- torch capturable -------------------------------------------------------
-    for opt_name, cls, conv in (("adam", torch.optim.Adam, TORCH_ADAM), ("adamw", torch.optim.AdamW, TORCH_ADAMW)):
+    for opt_name, cls_path, conv in (("adam", "torch.optim.Adam", TORCH_ADAM), ("adamw", "torch.optim.AdamW", TORCH_ADAMW)):
         for path, flags, compute in (("foreach_capturable", {"foreach": True, "capturable": True}, "storage"),
                                      ("fused_capturable", {"fused": True, "capturable": True}, "float32")):
             # foreach+capturable forms 1 - beta**step with _foreach_pow on the float32 step
             # tensors (float32 math); the fused kernel takes double betas (fused_adam_utils.cuh)
             bc = "compute" if path == "foreach_capturable" else "float64"
             out.append(Target(
-                name=f"torch.{opt_name}.{path}", optimizer=opt_name, make=_torch_make(cls, **flags),
+                name=f"torch.{opt_name}.{path}", optimizer=opt_name, make=classes.lazy_make(cls_path, **flags),
                 convention=float32_counter(replace(conv, bias_correction_precision=bc)), devices=("cuda",),
                 compute=compute,
                 options=frozenset({"amsgrad", "maximize"}), requires=_guarded(lambda: None),
                 scaling=_torch_scaled_step if "fused" in flags else None, declared=TORCH_DECLARED,
-                notes=f"torch {torch.__version__} {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())}): "
+                notes=f"torch {classes.torch_version()} {cls_path.rpartition('.')[2]}({', '.join(f'{k}={v}' for k, v in flags.items())}): "
                       "state[p]['step'] float32 on the param's device (torch/optim/adam.py _init_group)"))
     # --- apex -----------------------------------------------------------------------
     apex_req = _guarded(apex_unavailable)

@@ -22,7 +22,7 @@ deliberately broken one (tests/broken/scenario_mutants.py).
 """
 from __future__ import annotations
 
-import torch
+from ..lazy_torch import no_grad, torch
 
 
 class MasterWeights:
@@ -67,7 +67,7 @@ class MasterWeights:
     def masters(self):
         return [list(g) for g in self.master_groups]
 
-    @torch.no_grad()
+    @no_grad
     def step(self, closure=None):
         for params, masters in zip(self.model_groups, self.master_groups):
             for p, m in zip(params, masters):

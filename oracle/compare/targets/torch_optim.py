@@ -2,16 +2,12 @@
 optimizer whose comparison record names a torch class."""
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
 from dataclasses import replace
-
-import torch
 
 import oracle
 
-from .base import Target, torch_make, torch_scaled_step
+from . import classes
+from .base import Target, torch_scaled_step
 
 # Deviations torch makes by design (scenario checks; oracle.compare.scenarios.common.finish).
 # (Its float32 step counter is not a deviation but part of its convention: float32_counter below.)
@@ -48,21 +44,9 @@ def float32_counter(conv):
     return replace(conv, counter_format="float32") if hasattr(conv, "counter_format") else conv
 
 
-def torch_class(path: str):
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
-
-
-@functools.lru_cache(maxsize=None)
-def parameters(cls):
-    """The constructor's parameters, read once per process (the targets are listed at every job)."""
-    return inspect.signature(cls).parameters
-
-
-def accepted_options(cls, optimizer: str) -> frozenset:
+def accepted_options(cls: classes.ClassInfo, optimizer: str) -> frozenset:
     """The spec's options this class's constructor takes."""
-    params = parameters(cls)
-    return frozenset(o for o in oracle.SPECS[optimizer].options if o in params)
+    return frozenset(o for o in oracle.SPECS[optimizer].options if o in cls.parameters)
 
 
 def torch_targets(records: dict) -> list[Target]:
@@ -71,22 +55,22 @@ def torch_targets(records: dict) -> list[Target]:
     for name, rec in records.items():
         if rec.torch_class is None:
             continue
-        cls = torch_class(rec.torch_class)
-        params = parameters(cls)
+        cls = classes.info(rec.torch_class)  # read by a worker, where the CLI imports no torch
+        params = cls.parameters
         for path, flags, compute in PATHS:
             if path == "forloop" and "foreach" not in params:
                 flags = {}  # a class with one path and no flag for it (torch.optim.Muon): its forloop
             if not all(k in params for k in flags):
                 continue  # e.g. an optimizer without a fused path
             out.append(Target(
-                name=f"torch.{name}.{path}", optimizer=name, make=torch_make(cls, **flags),
+                name=f"torch.{name}.{path}", optimizer=name, make=classes.lazy_make(rec.torch_class, **flags),
                 convention=float32_counter(oracle.SPECS[name].convention), devices=("cpu", "cuda"),
                 dtypes=path_dtypes(name, path),
                 compute=compute or rec.torch_fused_compute, options=accepted_options(cls, name),
                 scaling=torch_scaled_step if path == "fused" else None, declared=TORCH_DECLARED,
                 no_dtensor=rec.torch_fused_no_dtensor if path == "fused" else "",
-                notes=f"torch {torch.__version__} {cls.__name__}({', '.join(f'{k}={v}' for k, v in flags.items())})"))
+                notes=f"torch {classes.torch_version()} {cls.name}({', '.join(f'{k}={v}' for k, v in flags.items())})"))
     return out
 
 
-__all__ = ["COMPLEX_PATHS", "PATHS", "TORCH_DECLARED", "accepted_options", "float32_counter", "torch_class", "torch_targets"]
+__all__ = ["COMPLEX_PATHS", "PATHS", "TORCH_DECLARED", "accepted_options", "float32_counter", "torch_targets"]
