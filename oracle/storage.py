@@ -76,7 +76,7 @@ def quantum(x, dtype) -> np.ndarray:
     scale = (x.view(np.int64) & _EXPONENT).view(np.float64)
     q = np.maximum(scale * 2.0 ** (1 - bits), 2.0 ** (emin + 1 - bits))
     infinite = np.isinf(q)
-    if infinite.any():
+    if np.count_nonzero(infinite):  # .any() costs four times as much on a small array
         q = np.where(infinite, 2.0 ** -bits, q)
     return q
 

@@ -233,7 +233,7 @@ def _measure(expected, got, old, tol, segments: list[_Segment]) -> dict:
         diff = np.abs(got - expected)
         same = got == expected
         nan_got = np.isnan(got)
-        if nan_got.any():
+        if np.count_nonzero(nan_got):
             same |= nan_got & np.isnan(expected)
         ratio = np.where(same, 0.0, np.where(tol > 0, diff / tol, np.inf))
         ratio[np.isnan(ratio)] = np.inf

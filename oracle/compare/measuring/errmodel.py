@@ -199,7 +199,7 @@ def _keep_exact_zeros(r, where):
     is not rounded: no u*|v| and no underflow floor. Without this an exactly-zero
     Lion c = b1*0 + (1-b1)*0 carried an eta-sized interval and sign(c) stayed open,
     so sign(0) = 0 and copysign(1, +0) = +1 were both accepted."""
-    if np.any(where):
+    if np.count_nonzero(where):  # np.count_nonzero: a quarter of .any()'s cost on a small mask
         r.e = np.where(where, 0.0, r.e)
         r._zero = None
     return r
@@ -220,7 +220,7 @@ def _sub(s, a, b):
 def _keep_exact_zeros_of_both(r, a, b):
     """0 + 0 and 0 - 0 stay exact (_keep_exact_zeros); most operands hold no exact zero at all."""
     za = _exact_zero(a)
-    return _keep_exact_zeros(r, za & _exact_zero(b)) if za.any() else r
+    return _keep_exact_zeros(r, za & _exact_zero(b)) if np.count_nonzero(za) else r
 
 
 def _finite(a):
@@ -231,7 +231,7 @@ def _mul(s, a, b):
     with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 in a bound is an unbounded element
         r = s._round(a.v * b.v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e)
     za, zb = _exact_zero(a), _exact_zero(b)
-    if not (za.any() or zb.any()):  # no exact zero on either side: nothing to keep
+    if not (np.count_nonzero(za) or np.count_nonzero(zb)):  # no exact zero on either side: nothing to keep
         return r
     return _keep_exact_zeros(r, (za & _finite(b)) | (zb & _finite(a)))
 
