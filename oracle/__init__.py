@@ -3,22 +3,39 @@
 Plain NumPy; importing this package never imports torch. Each optimizer is a
 module with a pure `step(params, grads, state, hparams, conv, scaling)` and a
 `SPECS` record (oracle.spec); `conv` holds the conventions implementations
-legitimately differ on. `SPECS` below is every optimizer, found from those
+legitimately differ on. `oracle.SPECS` is every optimizer, found from those
 records, never listed by hand.
 """
-from . import storage
-from .common import GradScaling, OptState, on_components
+import importlib
+
 from .spec import OptimizerSpec, registry
 
-SPECS: dict[str, OptimizerSpec] = registry()
+# Read on first use (PEP 562), not at import: `import oracle` is then a few milliseconds, without NumPy,
+# so the comparison CLI starts its worker processes before it has loaded the specification.
+_LAZY = {"storage": "oracle.storage", "GradScaling": "oracle.common", "OptState": "oracle.common",
+         "on_components": "oracle.common"}
+
+
+def __getattr__(name: str):
+    if name == "SPECS":  # every optimizer: SPECS: dict[str, OptimizerSpec]
+        value = registry()
+    elif name == "storage":
+        value = importlib.import_module("oracle.storage")
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'oracle' has no attribute {name!r}")
+    globals()[name] = value  # read once
+    return value
 
 
 def spec(optimizer: str) -> OptimizerSpec:
     """The record of one optimizer; ValueError naming the known ones."""
+    specs = __getattr__("SPECS") if "SPECS" not in globals() else globals()["SPECS"]
     try:
-        return SPECS[optimizer]
+        return specs[optimizer]
     except KeyError:
-        raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {sorted(SPECS)}") from None
+        raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {sorted(specs)}") from None
 
 
 def step(optimizer: str, params, grads, state=None, hparams=None, conv=None, scaling=None):
@@ -28,6 +45,7 @@ def step(optimizer: str, params, grads, state=None, hparams=None, conv=None, sca
     uses the optimizer's defaults for every group. Complex params are taken where the spec declares
     a complex_form (oracle.common.on_components), refused otherwise.
     """
+    from .common import OptState, on_components
     s = spec(optimizer)
     if state is None:
         state = OptState.empty(params)

@@ -138,7 +138,8 @@ def test_a_worker_started_before_the_plan_gets_the_environment_the_plan_leaves(t
     monkeypatch.setattr(isolate.Pool, "prestart", lambda self, n=1: order.append("prestart") or prestart(self, n))
     monkeypatch.setattr(cli, "plan", planned)
     code, rows, _ = sweep(tmp_path, "tests.broken.environment:PlannedEnvAdamW")
-    assert order == ["prestart", "plan"]
+    # started before the arguments are parsed (cli.early_workers), topped up after: both before the plan
+    assert order[-1] == "plan" and set(order[:-1]) == {"prestart"}, order
     assert rows["PlannedEnvAdamW"]["status"] == "pass", rows["PlannedEnvAdamW"]["reason"]
 
 
@@ -148,6 +149,44 @@ def test_a_sweep_starts_every_worker_before_the_plan_and_a_narrow_run_one():
     for narrow in (["--target", "torch.adamw.forloop"], ["--case", "adamw/fp32/wd0.1/single/normal"],
                    ["--impl", "torch.optim:AdamW"]):
         assert cli.prestarted(cli.parser().parse_args(["--optimizer", "adamw", *narrow])) == 1, narrow
+
+
+def test_workers_start_before_the_arguments_are_parsed_unless_the_run_may_need_none():
+    from oracle.compare import cli
+    assert cli.early_workers(["--optimizer", "adamw"]) == (2, None)
+    assert cli.early_workers(["--optimizer", "adamw", "--jobs", "1"]) == (2, 1)
+    assert cli.early_workers(["--target=torch.adamw.forloop"]) == (1, None)
+    assert cli.early_workers(["--case", "x", "--jobs=3"]) == (1, 3)
+    for none in (["--list"], ["--no-isolate"], ["-h"], ["--help"], ["--version"], ["--no-iso"], ["--li"],
+                 ["--jobs", "two"]):
+        assert cli.early_workers(["--optimizer", "adamw", *none]) == (0, None), none
+
+
+@pytest.mark.parametrize("bad", [["--dtype", "int3"], ["--report-dir", "/proc/version"]])
+def test_workers_started_early_end_with_a_usage_error(bad, capsys):
+    import multiprocessing
+
+    from oracle.compare import cli
+    before = set(multiprocessing.active_children())
+    try:
+        code = cli.main(["--optimizer", "adamw", *bad])
+    except SystemExit as exc:  # argparse's own exit
+        code = exc.code
+    assert code == 2
+    assert set(multiprocessing.active_children()) <= before  # the early workers were closed
+
+
+def test_a_pool_started_early_takes_the_parsed_limits_and_closes_workers_beyond_jobs():
+    from oracle.compare.running.workers import Pool
+    pool = Pool(2).prestart(2)
+    try:
+        assert len(pool.workers) == 2
+        extra = pool.workers[1]
+        pool.configure(1, 12.5, 100.0)
+        assert (pool.jobs, pool.timeout, pool.memory_limit_mb, len(pool.workers)) == (1, 12.5, 100.0, 1)
+        assert extra.proc.exitcode is not None  # the closed one is gone, not left running
+    finally:
+        pool.close()
 
 
 def test_environment_changes_name_what_differs_but_a_workers_own_variables():

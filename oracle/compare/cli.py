@@ -587,6 +587,42 @@ def prestarted(args) -> int:
     return 1 if (args.target or args.case or args.impl) else 2
 
 
+def early_workers(argv) -> tuple[int, int | None]:
+    """(workers to start before the arguments are parsed, --jobs if given): parsing needs the
+    specification (NumPy and every optimizer module, a fifth of a second), during which a second core
+    would idle; a worker started first imports torch meanwhile. 0 where the run may start none (--list,
+    --no-isolate, help, version), or where argv does not read plainly (an abbreviated option: the full
+    parse decides, as before). prestarted's count otherwise; parse's result corrects both (_run)."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for flag in ("-h", "--help", "--version", "--list", "--no-isolate"):
+        pre.add_argument(flag, action="store_true")
+    for option in ("--target", "--case", "--impl"):
+        pre.add_argument(option, action="append")
+    pre.add_argument("--jobs", type=int)
+    try:
+        known, rest = pre.parse_known_args(argv)
+    except (SystemExit, ValueError):  # argparse exits on a malformed value: the full parse reports it
+        return 0, None
+    if known.h or known.help or known.version or known.list or known.no_isolate:
+        return 0, None
+    if any(arg.startswith("--") and arg != "--" and "=" not in arg and
+           any(full.startswith(arg) and full != arg for full in ("--help", "--version", "--list", "--no-isolate"))
+           for arg in rest):
+        return 0, None
+    return (1 if (known.target or known.case or known.impl) else 2), known.jobs
+
+
+def _start_early(argv, started: list):
+    """The pool, with early_workers' workers started (None: none), before parse."""
+    count, jobs = early_workers(argv)
+    if not count:
+        return None
+    from .running.workers import Pool, default_jobs
+    pool = Pool(jobs or default_jobs()).prestart(count)
+    started.append(pool)
+    return pool
+
+
 def _run(argv, started: list) -> int:
     from .checking.known import Judge, KnownFileError
     from .running.workers import WorkerStartError
@@ -594,15 +630,23 @@ def _run(argv, started: list) -> int:
     t_start = time.perf_counter()
     pool = None
     try:
+        pool = _start_early(argv, started)  # their imports (torch: seconds) overlap the parse and the plan
         args, optimizers = parse(argv)
+        if pool is not None and (args.list or not args.isolate):
+            started.remove(pool)
+            pool.close()
+            pool = None
         if not args.list:
             check_report_dir(args.report_dir)
             if args.junit_xml is not None:
                 check_junit_path(args.junit_xml, args.report_dir)
-            if args.isolate:  # workers start now: their imports (torch: seconds) overlap the plan
+            if args.isolate:  # workers start now, if not already: their imports overlap the plan
                 from .running.workers import Pool, default_jobs
-                pool = Pool(args.jobs or default_jobs(), args.timeout, args.memory_limit).prestart(prestarted(args))
-                started.append(pool)
+                if pool is None:
+                    pool = Pool(args.jobs or default_jobs())
+                    started.append(pool)
+                pool.configure(args.jobs or default_jobs(), args.timeout, args.memory_limit)
+                pool.prestart(prestarted(args))
         judge = Judge.from_option(args.known, args.device)
         with phase("plan: targets, availability, cases"):
             if pool is not None:  # the classes the targets wrap, as a worker read them: no torch here

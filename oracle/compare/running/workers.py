@@ -304,6 +304,15 @@ class Pool:
         # "phases": what the workers measured (oracle.compare.measuring.phases), added up
         self.stats = {"workers_started": 0, "import_s": [], "spawn_s": [], "phases": {}}
 
+    def configure(self, jobs: int, timeout: float, memory_limit_mb: float | None) -> "Pool":
+        """The run's limits, for a pool started before the arguments were parsed (cli.early_workers):
+        workers beyond `jobs` are closed."""
+        self.jobs, self.timeout, self.memory_limit_mb = max(1, jobs), timeout, memory_limit_mb
+        self._item_timeout = timeout
+        while len(self.workers) > self.jobs:
+            self.workers.pop().close()
+        return self
+
     def prestart(self, n: int = 1) -> "Pool":
         """Start up to n workers now, before the work is known (their imports overlap the CLI's plan;
         the environment the plan leaves reaches them with their first job: ENV_UPDATE)."""
