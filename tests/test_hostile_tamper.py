@@ -70,3 +70,17 @@ def test_inference_of_a_tampering_target_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1
     assert "inferring impl:tests.broken.tampering:DoubleLrAdamW failed" in err and "oracle.adam.update replaced" in err
+
+
+def test_the_snapshot_holds_every_optimizer_module_even_where_none_was_imported_yet():
+    """`import oracle` reads the specification on first use: a snapshot taken in a fresh process must
+    still hold every optimizer module's functions, or a target importing oracle.adam itself and
+    replacing its update would go unseen."""
+    import subprocess
+    import sys
+    code = ("import sys; from oracle.compare.isolation import tamper; before = 'oracle.adam' in sys.modules; "
+            "snap = tamper.snapshot(); print(before, 'update' in snap.members.get('oracle.adam', {}), "
+            "'step' in snap.members.get('oracle.lion', {}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "True"]

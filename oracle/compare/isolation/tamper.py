@@ -59,6 +59,10 @@ class Snapshot:
 
 
 def snapshot() -> Snapshot:
+    import oracle
+    # the specification is read on first use (oracle.__getattr__): load every optimizer module now, or
+    # one imported later (by the target itself) would escape the snapshot and could be replaced unseen
+    oracle.SPECS  # noqa: B018 - the read loads the modules
     return Snapshot({name: _members(m) for name, m in _watched()}, _settings())
 
 
