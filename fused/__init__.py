@@ -8,7 +8,7 @@ The optimizer classes (and with them torch) are imported when first named:
 `CONVENTIONS` and `CLASSES` are plain data, which the comparison engine's CLI
 reads to list our targets without importing torch (oracle.compare.lazy_torch).
 """
-import importlib
+from oracle._lazy import at_path, from_module, on_first_use
 
 from .conventions import CONVENTIONS, convention_of
 
@@ -21,28 +21,19 @@ CLASSES = {
     "sgd": ("fused.sgd.FusedSGD", {}),
     "lion": ("fused.lion.FusedLion", {}),
 }
-
-# what each name below is read from, imported at its first use
-_LAZY = {"FusedAdagrad": "fused.adagrad", "FusedAdam": "fused.adam", "FusedLAMB": "fused.lamb",
-         "FusedLion": "fused.lion", "FusedSGD": "fused.sgd", "build_lock": "fused._ext",
-         "import_library": "fused._ext", "load_checkpoint": "fused.checkpoint"}
+class_of = at_path  # the class at a CLASSES path (importing its module, and torch)
 
 
-def class_of(path: str):
-    """The class at a CLASSES path (importing its module, and torch)."""
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
+def _optimizers() -> dict:
+    return {opt: (class_of(path), dict(flags)) for opt, (path, flags) in CLASSES.items()}
 
 
-def __getattr__(name: str):
-    if name == "OPTIMIZERS":
-        value = {opt: (class_of(path), dict(flags)) for opt, (path, flags) in CLASSES.items()}
-    elif name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    else:
-        raise AttributeError(f"module 'fused' has no attribute {name!r}")
-    globals()[name] = value  # read once
-    return value
+# what each name below is read from, imported at its first use (PEP 562)
+__getattr__ = on_first_use(globals(), "fused", {
+    "OPTIMIZERS": _optimizers,
+    **{name: from_module(f"fused.{module}", name) for name, module in (
+        ("FusedAdagrad", "adagrad"), ("FusedAdam", "adam"), ("FusedLAMB", "lamb"), ("FusedLion", "lion"),
+        ("FusedSGD", "sgd"), ("build_lock", "_ext"), ("import_library", "_ext"), ("load_checkpoint", "checkpoint"))}})
 
 
 __all__ = ["CLASSES", "CONVENTIONS", "OPTIMIZERS", "FusedAdagrad", "FusedAdam", "FusedLAMB", "FusedLion", "FusedSGD",

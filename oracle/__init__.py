@@ -6,32 +6,20 @@ module with a pure `step(params, grads, state, hparams, conv, scaling)` and a
 legitimately differ on. `oracle.SPECS` is every optimizer, found from those
 records, never listed by hand.
 """
-import importlib
-
+from ._lazy import from_module, on_first_use
 from .spec import OptimizerSpec, registry
 
 # Read on first use (PEP 562), not at import: `import oracle` is then a few milliseconds, without NumPy,
 # so the comparison CLI starts its worker processes before it has loaded the specification.
-_LAZY = {"storage": "oracle.storage", "GradScaling": "oracle.common", "OptState": "oracle.common",
-         "on_components": "oracle.common"}
-
-
-def __getattr__(name: str):
-    if name == "SPECS":  # every optimizer: SPECS: dict[str, OptimizerSpec]
-        value = registry()
-    elif name == "storage":
-        value = importlib.import_module("oracle.storage")
-    elif name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    else:
-        raise AttributeError(f"module 'oracle' has no attribute {name!r}")
-    globals()[name] = value  # read once
-    return value
+# SPECS: dict[str, OptimizerSpec], every optimizer.
+__getattr__ = on_first_use(globals(), "oracle", {
+    "SPECS": registry, "storage": from_module("oracle.storage"),
+    **{name: from_module("oracle.common", name) for name in ("GradScaling", "OptState", "on_components")}})
 
 
 def spec(optimizer: str) -> OptimizerSpec:
     """The record of one optimizer; ValueError naming the known ones."""
-    specs = __getattr__("SPECS") if "SPECS" not in globals() else globals()["SPECS"]
+    specs = globals().get("SPECS") or __getattr__("SPECS")
     try:
         return specs[optimizer]
     except KeyError:

@@ -609,7 +609,7 @@ def early_workers(argv) -> tuple[int, int | None]:
            any(full.startswith(arg) and full != arg for full in ("--help", "--version", "--list", "--no-isolate"))
            for arg in rest):
         return 0, None
-    return (1 if (known.target or known.case or known.impl) else 2), known.jobs
+    return prestarted(known), known.jobs
 
 
 def _start_early(argv, started: list):

@@ -10,9 +10,10 @@ nothing reads a class itself (info), so listing gives the same targets either wa
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass
+
+from oracle._lazy import at_path
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,7 @@ _KNOWN: dict[str, ClassInfo] = {}   # class path -> what was read of it, here or
 _FACTS: dict[str, str] = {}         # "torch_version" as the worker that read the classes saw it
 
 
-def class_at(path: str):
-    """The class at an import path such as torch.optim.AdamW (imports its module)."""
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
+class_at = at_path  # the class at an import path such as torch.optim.AdamW (imports its module)
 
 
 def read(path: str) -> ClassInfo:
